@@ -1,0 +1,186 @@
+"""Media a headless peer can send and record: synthetic camera and microphone, talker recorder."""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import time
+import wave
+from collections import deque
+from dataclasses import dataclass
+
+import av
+import numpy as np
+from aiortc.contrib.media import MediaPlayer
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack, VideoStreamTrack
+
+AUDIO_RATE = 48_000
+AUDIO_FRAME_SAMPLES = 960
+_AUDIO_TIME_BASE = fractions.Fraction(1, AUDIO_RATE)
+
+COLOURS: dict[str, tuple[int, int, int]] = {
+    "red": (255, 0, 0),
+    "green": (0, 255, 0),
+    "blue": (0, 0, 255),
+    "yellow": (255, 255, 0),
+    "white": (255, 255, 255),
+    "black": (0, 0, 0),
+    "magenta": (255, 0, 255),
+    "cyan": (0, 255, 255),
+}
+
+
+class ColourVideoTrack(VideoStreamTrack):
+    """A camera showing one colour; with `moving=True` a bright block sweeps across it."""
+
+    def __init__(self, colour: tuple[int, int, int] = (255, 0, 0), width: int = 320, height: int = 240,
+                 fps: int = 30, moving: bool = False) -> None:
+        super().__init__()
+        self.colour = colour
+        self.width, self.height, self.fps, self.moving = width, height, fps, moving
+        self.frames_sent = 0
+        self.sent_at: dict[int, float] = {}  # pts -> monotonic send time, for latency measurements
+
+    async def next_timestamp(self) -> tuple[int, fractions.Fraction]:
+        # VideoStreamTrack's pacing, at our frame rate instead of its fixed 30 fps.
+        clock_rate = 90_000
+        if hasattr(self, "_timestamp"):
+            self._timestamp += int(clock_rate / self.fps)
+            wait = self._start + (self._timestamp / clock_rate) - time.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        else:
+            self._start = time.time()
+            self._timestamp = 0
+        return self._timestamp, fractions.Fraction(1, clock_rate)
+
+    def set_colour(self, colour: tuple[int, int, int]) -> None:
+        self.colour = colour
+
+    def _image(self) -> np.ndarray:
+        image = np.empty((self.height, self.width, 3), dtype=np.uint8)
+        image[:] = self.colour
+        if self.moving:
+            block = max(8, self.width // 4)
+            x = (self.frames_sent * 7) % max(1, self.width - block)
+            inverse = tuple(255 - c for c in self.colour)
+            image[:, x : x + block] = inverse
+        return image
+
+    async def recv(self) -> av.VideoFrame:
+        pts, time_base = await self.next_timestamp()
+        frame = av.VideoFrame.from_ndarray(self._image(), format="rgb24")
+        frame.pts, frame.time_base = pts, time_base
+        self.sent_at[pts] = time.monotonic()
+        if len(self.sent_at) > 10_000:
+            self.sent_at.pop(next(iter(self.sent_at)))
+        self.frames_sent += 1
+        return frame
+
+
+class ToneAudioTrack(MediaStreamTrack):
+    """A microphone playing a sine tone (frequency 0 = silence), paced in 20 ms frames."""
+
+    kind = "audio"
+
+    def __init__(self, frequency: float = 440.0, amplitude: float = 0.3) -> None:
+        super().__init__()
+        self.frequency, self.amplitude = frequency, amplitude
+        self._samples = 0
+        self._start: float | None = None
+
+    async def recv(self) -> av.AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        if self._start is None:
+            self._start = time.time()
+        else:
+            wait = self._start + self._samples / AUDIO_RATE - time.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        t = (self._samples + np.arange(AUDIO_FRAME_SAMPLES)) / AUDIO_RATE
+        wave_ = self.amplitude * np.sin(2 * np.pi * self.frequency * t) if self.frequency else np.zeros_like(t)
+        pcm = (wave_ * 32767).astype(np.int16).reshape(1, -1)
+        frame = av.AudioFrame.from_ndarray(pcm, format="s16", layout="mono")
+        frame.sample_rate, frame.pts, frame.time_base = AUDIO_RATE, self._samples, _AUDIO_TIME_BASE
+        self._samples += AUDIO_FRAME_SAMPLES
+        return frame
+
+
+@dataclass(frozen=True)
+class ReceivedAudioFrame:
+    at: float  # monotonic seconds when it arrived
+    rms: float  # 0..1
+
+
+class AudioRecorder:
+    """Drains a received audio track, keeping each frame's arrival time and loudness (bounded)."""
+
+    SILENCE_RMS = 0.01
+
+    def __init__(self, track: MediaStreamTrack, keep_seconds: float = 600.0) -> None:
+        self.track = track
+        max_frames = int(keep_seconds * AUDIO_RATE / AUDIO_FRAME_SAMPLES)
+        self.frames: deque[ReceivedAudioFrame] = deque(maxlen=max_frames)
+        self.pcm: deque[bytes] = deque(maxlen=max_frames)
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                frame = await self.track.recv()
+            except MediaStreamError:
+                return
+            samples = frame.to_ndarray().reshape(-1, len(frame.layout.channels))[:, 0]
+            self.pcm.append(samples.astype("<i2").tobytes())
+            rms = float(np.sqrt(np.mean((samples.astype(np.float32) / 32768.0) ** 2)))
+            self.frames.append(ReceivedAudioFrame(time.monotonic(), rms))
+
+    def voiced_frames(self, since: float = 0.0, until: float = float("inf")) -> int:
+        return sum(1 for f in self.frames if since <= f.at < until and f.rms >= self.SILENCE_RMS)
+
+    def last_voiced_at(self) -> float | None:
+        return next((f.at for f in reversed(self.frames) if f.rms >= self.SILENCE_RMS), None)
+
+    def save_wav(self, path: str) -> None:
+        with wave.open(path, "wb") as out:
+            out.setnchannels(1)
+            out.setsampwidth(2)
+            out.setframerate(AUDIO_RATE)
+            out.writeframes(b"".join(self.pcm))
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+def open_video_source(spec: str, fps: int = 30, size: tuple[int, int] = (640, 480)) -> MediaStreamTrack | None:
+    """`testsrc` (moving pattern), `colour:NAME` (still), `none`, or a media file path."""
+    width, height = size
+    if spec == "none":
+        return None
+    if spec == "testsrc":
+        return ColourVideoTrack((40, 90, 200), width, height, fps, moving=True)
+    if spec.startswith("colour:") or spec.startswith("color:"):
+        name = spec.split(":", 1)[1]
+        if name not in COLOURS:
+            raise ValueError(f"unknown colour {name!r}; choose from {', '.join(COLOURS)}")
+        return ColourVideoTrack(COLOURS[name], width, height, fps)
+    player = MediaPlayer(spec, loop=True)
+    if player.video is None:
+        raise ValueError(f"{spec} has no video stream")
+    return player.video
+
+
+def open_audio_source(spec: str) -> MediaStreamTrack | None:
+    """`tone` (440 Hz), `tone:HZ`, `silence`, `none`, or a media file path."""
+    if spec == "none":
+        return None
+    if spec == "silence":
+        return ToneAudioTrack(0.0)
+    if spec == "tone" or spec.startswith("tone:"):
+        return ToneAudioTrack(float(spec.split(":", 1)[1]) if ":" in spec else 440.0)
+    player = MediaPlayer(spec, loop=True)
+    if player.audio is None:
+        raise ValueError(f"{spec} has no audio stream")
+    return player.audio

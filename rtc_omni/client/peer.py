@@ -1,0 +1,181 @@
+"""A headless aiortc peer for understanding sessions: the engine of `rtc-omni client`, tests and benchmarks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiortc import RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamTrack
+
+from ..signaling.ice import ice_servers, rtc_configuration, set_host_addresses
+from .media import AudioRecorder
+
+EventFilter = Callable[[dict[str, Any]], bool]
+
+
+class SignalingError(Exception):
+    """The server refused the offer."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        super().__init__(f"HTTP {status}: {body}")
+        self.status, self.body = status, body
+
+
+@dataclass
+class TurnResult:
+    """What one `video.query` produced, with client-side timings in seconds."""
+
+    request_id: str
+    text: str
+    events: list[dict[str, Any]]
+    sent_at: float
+    first_text_at: float | None = None
+    done_at: float | None = None
+    cancelled: bool = False
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def time_to_first_text(self) -> float | None:
+        return None if self.first_text_at is None else self.first_text_at - self.sent_at
+
+
+class UnderstandClient:
+    """Connects to `POST /v1/rtc/offer`, streams camera and mic, talks on the `control` channel."""
+
+    def __init__(
+        self,
+        server: str,
+        video: MediaStreamTrack | None = None,
+        audio: MediaStreamTrack | None = None,
+        receive_audio: bool = True,
+        ice_addresses: list[str] | None = None,
+        token: str | None = None,
+    ) -> None:
+        self.server = server.rstrip("/")
+        self.video, self.audio = video, audio
+        self.receive_audio = receive_audio
+        self.token = token
+        set_host_addresses(ice_addresses if ice_addresses is not None else ["127.0.0.1"])
+        self.pc = RTCPeerConnection(rtc_configuration(ice_servers([])))
+        self.channel = self.pc.createDataChannel("control")
+        self.events: list[dict[str, Any]] = []
+        self.event_times: list[float] = []
+        self._new_event = asyncio.Event()
+        self.recorder: AudioRecorder | None = None
+        self.session_id: str | None = None
+        self.connect_seconds: float | None = None
+        self.modalities: list[str] = ["text", "audio"]
+
+        @self.channel.on("message")
+        def on_message(message: str | bytes) -> None:
+            if isinstance(message, str):
+                self.events.append(json.loads(message))
+                self.event_times.append(time.monotonic())
+                self._new_event.set()
+
+        @self.pc.on("track")
+        def on_track(track: MediaStreamTrack) -> None:
+            if track.kind == "audio":
+                self.recorder = AudioRecorder(track)
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    async def connect(self, kind: str = "understand", timeout: float = 10.0) -> None:
+        """Offer, apply the answer, and wait until connected with the DataChannel open."""
+        if self.video is not None:
+            self.pc.addTransceiver(self.video, direction="sendonly")
+        if self.audio is not None:
+            self.pc.addTransceiver(self.audio, direction="sendrecv" if self.receive_audio else "sendonly")
+        elif self.receive_audio:
+            self.pc.addTransceiver("audio", direction="recvonly")
+        started = time.monotonic()
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        offer = {"sdp": self.pc.localDescription.sdp, "type": "offer", "kind": kind}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{self.server}/v1/rtc/offer", json=offer, headers=self._headers()) as resp:
+                body = await resp.json()
+                if resp.status != 200:
+                    raise SignalingError(resp.status, body)
+        self.session_id = body["session_id"]
+        await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
+        async with asyncio.timeout(timeout):
+            while not (self.pc.connectionState == "connected" and self.channel.readyState == "open"):
+                if self.pc.connectionState in ("failed", "closed"):
+                    raise ConnectionError(f"peer connection {self.pc.connectionState}")
+                await asyncio.sleep(0.01)
+        self.connect_seconds = time.monotonic() - started
+
+    def send(self, message: dict[str, Any] | str) -> None:
+        self.channel.send(message if isinstance(message, str) else json.dumps(message))
+
+    async def wait_event(
+        self, event_type: str | None = None, where: EventFilter | None = None, after: int = 0, timeout: float = 10.0
+    ) -> dict[str, Any]:
+        """The first event at index >= `after` of that type matching `where`."""
+        async with asyncio.timeout(timeout):
+            index = after
+            while True:
+                while index < len(self.events):
+                    event = self.events[index]
+                    index += 1
+                    if (event_type is None or event.get("type") == event_type) and (where is None or where(event)):
+                        return event
+                self._new_event.clear()
+                await self._new_event.wait()
+
+    async def configure(self, **config: Any) -> None:
+        """Send session.config and confirm it applied (a ping answered without an error)."""
+        mark = len(self.events)
+        self.modalities = list(config.get("modalities", self.modalities))
+        self.send({"type": "session.config", **config})
+        self.send({"type": "ping"})
+        event = await self.wait_event(where=lambda e: e["type"] in ("pong", "error"), after=mark)
+        if event["type"] == "error":
+            raise ValueError(event["message"])
+
+    async def ask(self, text: str, timeout: float = 30.0, **extra: Any) -> TurnResult:
+        """Send `video.query` and collect the turn until it ends (done, cancelled or failed)."""
+        mark = len(self.events)
+        sent_at = time.monotonic()
+        self.send({"type": "video.query", "text": text, **extra})
+        start = await self.wait_event(where=lambda e: e["type"] in ("response.start", "error"), after=mark, timeout=timeout)
+        if start["type"] == "error":
+            raise ValueError(start["message"])
+        request_id = start["request_id"]
+        result = TurnResult(request_id=request_id, text="", events=[], sent_at=sent_at)
+        index = self.events.index(start) + 1
+        text_done = False
+        async with asyncio.timeout(timeout):
+            while True:
+                event = await self.wait_event(where=lambda e: e.get("request_id") == request_id, after=index)
+                index = self.events.index(event, index) + 1
+                result.events.append(event)
+                kind = event["type"]
+                if kind == "response.text.delta":
+                    result.first_text_at = result.first_text_at or self.event_times[index - 1]
+                    result.text += event["delta"]
+                elif kind == "response.text.done":
+                    text_done = True
+                    if "audio" not in self.modalities:
+                        break
+                elif kind == "error":
+                    result.errors.append(event["message"])
+                elif kind in ("response.audio.done", "response.cancelled"):
+                    result.cancelled = kind == "response.cancelled"
+                    break
+                if text_done and result.errors:
+                    break
+        result.done_at = time.monotonic()
+        return result
+
+    async def close(self) -> None:
+        if self.recorder is not None:
+            await self.recorder.stop()
+        await self.pc.close()

@@ -1,0 +1,131 @@
+"""Server settings: one pydantic model, filled from defaults, `RTC_OMNI_*` variables and CLI flags.
+
+Every field is exposed as a `rtc-omni serve` flag (`ice_connect_timeout` -> `--ice-connect-timeout`)
+and as an environment variable (`RTC_OMNI_ICE_CONNECT_TIMEOUT`); a flag beats the variable, which
+beats the default. Lists are comma-separated in the environment and repeatable as flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import types
+import typing
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+ENV_PREFIX = "RTC_OMNI_"
+
+
+class Settings(BaseModel):
+    """Everything `rtc-omni serve` can be told."""
+
+    host: str = Field("127.0.0.1", description="HTTP listen address.")
+    port: int = Field(8080, ge=0, le=65535, description="HTTP listen port (0 picks a free one).")
+    engine: Literal["synthetic"] = Field("synthetic", description="Model engine.")
+    model: str = Field("synthetic", description="Model name reported to clients.")
+
+    ice_address: list[str] = Field(
+        default_factory=lambda: ["127.0.0.1"],
+        description="Local addresses ICE gathers candidates on; 'all' means every interface "
+        "(aioice's default, loopback excluded). Repeat for several.",
+    )
+    ice_server: list[str] = Field(
+        default_factory=list,
+        description="STUN/TURN URL the server's ICE agent uses, e.g. 'turn:127.0.0.1:3478?transport=udp'. "
+        "None by default: no STUN server is ever contacted.",
+    )
+    ice_username: str | None = Field(None, description="Username for the TURN servers in --ice-server.")
+    ice_credential: str | None = Field(None, description="Password for the TURN servers in --ice-server.")
+    ice_connect_timeout: float = Field(
+        15.0, gt=0, description="Seconds a new session may take to connect before it is closed."
+    )
+
+    config_timeout: float = Field(
+        10.0, gt=0, description="Seconds to wait for session.config before applying defaults."
+    )
+    idle_timeout: float = Field(
+        60.0, gt=0, description="Seconds without any control message or media before a session ends."
+    )
+    engine_stall_timeout: float = Field(
+        60.0, gt=0, description="Seconds the engine may go without output before a turn fails."
+    )
+    max_sessions: int = Field(64, ge=1, description="Concurrent sessions; more get 503.")
+
+    synthetic_ttft: float = Field(
+        0.15, ge=0, description="Synthetic engine: seconds before the first text token."
+    )
+    synthetic_token_rate: float = Field(
+        40.0, gt=0, description="Synthetic engine: text tokens (words) per second."
+    )
+    synthetic_audio_speed: float = Field(
+        4.0, gt=0, description="Synthetic engine: talker audio produced this many times faster than real time."
+    )
+    synthetic_voice: Literal["auto", "tone", "espeak"] = Field(
+        "auto", description="Synthetic engine: 'espeak' speaks with espeak-ng, 'tone' plays tones, "
+        "'auto' uses espeak-ng when installed."
+    )
+
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
+
+    @field_validator("ice_address")
+    @classmethod
+    def _check_addresses(cls, value: list[str]) -> list[str]:
+        if "all" in value and len(value) > 1:
+            raise ValueError("'all' cannot be combined with explicit addresses")
+        return value
+
+    @property
+    def gather_all_interfaces(self) -> bool:
+        return self.ice_address == ["all"]
+
+
+def _is_list(annotation: Any) -> bool:
+    return typing.get_origin(annotation) is list
+
+
+def _scalar_type(annotation: Any) -> Any:
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return str
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _scalar_type(args[0])
+    return annotation if annotation in (int, float, str) else str
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per Settings field; unset flags stay None so env and defaults can apply."""
+    for name, field in Settings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{field.description} (env {ENV_PREFIX}{name.upper()})"
+        choices = None
+        if typing.get_origin(field.annotation) is Literal:
+            choices = list(typing.get_args(field.annotation))
+        if _is_list(field.annotation):
+            parser.add_argument(flag, dest=name, action="append", default=None, help=help_text)
+        else:
+            parser.add_argument(
+                flag,
+                dest=name,
+                type=_scalar_type(field.annotation),
+                choices=choices,
+                default=None,
+                help=help_text,
+            )
+
+
+def load_settings(args: argparse.Namespace | None = None, environ: dict[str, str] | None = None) -> Settings:
+    """Merge defaults, environment variables and parsed flags, validating the result."""
+    environ = dict(os.environ) if environ is None else environ
+    values: dict[str, Any] = {}
+    for name, field in Settings.model_fields.items():
+        raw = environ.get(ENV_PREFIX + name.upper())
+        if raw is not None:
+            values[name] = [item.strip() for item in raw.split(",") if item.strip()] if _is_list(
+                field.annotation
+            ) else raw
+        if args is not None and getattr(args, name, None) is not None:
+            values[name] = getattr(args, name)
+    return Settings(**values)

@@ -1,0 +1,67 @@
+"""What a model engine is to a session: turns in, streamed text and talker audio out.
+
+Engines know nothing about WebRTC: they get numpy frames and PCM, and yield typed outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+TALKER_SAMPLE_RATE = 24_000
+
+
+@dataclass(frozen=True)
+class TurnFrame:
+    """One sampled camera frame as the model sees it."""
+
+    rgb: np.ndarray  # (H, W, 3) uint8
+    frame_id: str | None
+    pts_ms: float | None
+
+
+@dataclass(frozen=True)
+class UnderstandTurn:
+    """Everything one answer is computed from."""
+
+    request_id: str
+    frames: list[TurnFrame]
+    audio_pcm16: bytes  # 16 kHz mono signed 16-bit little-endian
+    query: str
+    history: list[dict[str, Any]] = field(default_factory=list)
+    system_prompt: str | None = None
+    modalities: tuple[str, ...] = ("text", "audio")
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    samples: np.ndarray  # float32 mono in [-1, 1] at TALKER_SAMPLE_RATE
+
+
+UnderstandOutput = TextDelta | AudioChunk
+
+
+class UnderstandEngine(Protocol):
+    """An engine that answers questions about camera frames and microphone audio."""
+
+    name: str
+
+    def generate(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:
+        """Stream the answer; text deltas and audio chunks may interleave."""
+        ...
+
+    async def abort(self, request_id: str) -> None:
+        """Stop a request that has not finished; never called for a finished one."""
+        ...
+
+    async def close(self) -> None:
+        """Release engine resources at server shutdown."""
+        ...

@@ -1,0 +1,226 @@
+"""The embedded CPU engine: answers honestly about the media it was given.
+
+It measures the frames (count, size, the newest frame's mean colour and its name, motion) and the
+audio (duration, dominant frequency), writes that up as its answer, streams the words at a token
+rate after a time-to-first-token, and speaks the answer in chunks shaped like vLLM-Omni's talker
+output (a short first chunk, then longer ones). Tests and benchmarks use it to prove the media path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import shutil
+import subprocess
+import wave
+import zlib
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import av
+import numpy as np
+
+from .base import TALKER_SAMPLE_RATE, AudioChunk, TextDelta, UnderstandOutput, UnderstandTurn
+
+FIRST_AUDIO_CHUNK_S = 0.32  # Qwen3-Omni: ~4 codec frames before the first audio output
+AUDIO_CHUNK_S = 2.0  # then ~25 codec frames per output
+_FFT_WINDOW_S = 10.0
+
+_PALETTE: dict[str, tuple[int, int, int]] = {
+    "black": (0, 0, 0),
+    "white": (255, 255, 255),
+    "grey": (128, 128, 128),
+    "red": (255, 0, 0),
+    "green": (0, 255, 0),
+    "blue": (0, 0, 255),
+    "yellow": (255, 255, 0),
+    "cyan": (0, 255, 255),
+    "magenta": (255, 0, 255),
+    "orange": (255, 140, 0),
+    "purple": (128, 0, 128),
+    "dark green": (0, 110, 0),
+    "navy": (0, 0, 128),
+    "brown": (140, 80, 20),
+}
+
+
+def colour_name(rgb: tuple[float, float, float]) -> str:
+    """The palette colour nearest to an RGB mean."""
+    target = np.asarray(rgb, dtype=np.float32)
+    return min(_PALETTE, key=lambda name: float(np.sum((np.asarray(_PALETTE[name]) - target) ** 2)))
+
+
+def motion_score(frames: list[np.ndarray]) -> float:
+    """Mean absolute difference between consecutive frames (64x64 grey), 0 = still, 1 = maximal."""
+    if len(frames) < 2:
+        return 0.0
+    from PIL import Image
+
+    small = [
+        np.asarray(Image.fromarray(f).convert("L").resize((64, 64)), dtype=np.float32) for f in frames
+    ]
+    diffs = [float(np.mean(np.abs(a - b))) for a, b in zip(small, small[1:])]
+    return float(np.mean(diffs)) / 255.0
+
+
+def dominant_frequency(pcm16: bytes, sample_rate: int) -> float | None:
+    """The strongest frequency in the last few seconds of audio, or None for silence."""
+    samples = np.frombuffer(pcm16, dtype="<i2").astype(np.float32) / 32768.0
+    samples = samples[-int(_FFT_WINDOW_S * sample_rate) :]
+    if samples.size < sample_rate // 20 or float(np.sqrt(np.mean(samples**2))) < 0.005:
+        return None
+    spectrum = np.abs(np.fft.rfft(samples * np.hanning(samples.size)))
+    spectrum[0] = 0.0
+    return float(np.argmax(spectrum) * sample_rate / samples.size)
+
+
+@dataclass(frozen=True)
+class TurnAnalysis:
+    frame_count: int
+    width: int
+    height: int
+    mean_rgb: tuple[int, int, int]
+    colour: str
+    motion: float
+    audio_seconds: float
+    audio_hz: float | None
+    query: str
+
+    def describe(self) -> str:
+        r, g, b = self.mean_rgb
+        parts = [
+            f"I see {self.frame_count} frame{'s' if self.frame_count != 1 else ''} of {self.width}x{self.height}.",
+            f"The newest frame is mostly {self.colour}, mean colour RGB({r}, {g}, {b}).",
+            f"Motion across the frames is {self.motion:.3f}.",
+        ]
+        if self.audio_seconds == 0:
+            parts.append("I heard no audio.")
+        elif self.audio_hz is None:
+            parts.append(f"I heard {self.audio_seconds:.2f} seconds of silence.")
+        else:
+            parts.append(
+                f"I heard {self.audio_seconds:.2f} seconds of audio, dominant frequency about {self.audio_hz:.0f} Hz."
+            )
+        parts.append(f'You asked: "{self.query}".' if self.query else "You asked nothing in text.")
+        return " ".join(parts)
+
+
+def analyse(turn: UnderstandTurn) -> TurnAnalysis:
+    newest = turn.frames[-1].rgb
+    mean = newest.reshape(-1, 3).mean(axis=0)
+    mean_rgb = (int(round(mean[0])), int(round(mean[1])), int(round(mean[2])))
+    return TurnAnalysis(
+        frame_count=len(turn.frames),
+        width=int(newest.shape[1]),
+        height=int(newest.shape[0]),
+        mean_rgb=mean_rgb,
+        colour=colour_name(mean_rgb),
+        motion=motion_score([f.rgb for f in turn.frames]),
+        audio_seconds=len(turn.audio_pcm16) / 2 / 16_000,
+        audio_hz=dominant_frequency(turn.audio_pcm16, 16_000),
+        query=turn.query,
+    )
+
+
+def tone_voice(text: str) -> np.ndarray:
+    """Speak text as one tone per word (pitch from the word), with short pauses between words."""
+    pieces: list[np.ndarray] = []
+    gap = np.zeros(int(0.03 * TALKER_SAMPLE_RATE), dtype=np.float32)
+    fade = int(0.005 * TALKER_SAMPLE_RATE)
+    for word in text.split():
+        duration = min(0.08 + 0.03 * len(word), 0.4)
+        freq = 220.0 + (zlib.crc32(word.encode()) % 440)
+        t = np.arange(int(duration * TALKER_SAMPLE_RATE), dtype=np.float32) / TALKER_SAMPLE_RATE
+        tone = 0.3 * np.sin(2 * np.pi * freq * t).astype(np.float32)
+        tone[:fade] *= np.linspace(0, 1, fade, dtype=np.float32)
+        tone[-fade:] *= np.linspace(1, 0, fade, dtype=np.float32)
+        pieces += [tone, gap]
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.float32)
+
+
+def espeak_voice(text: str) -> np.ndarray:
+    """Speak text with espeak-ng, resampled to the talker rate."""
+    wav_bytes = subprocess.run(
+        ["espeak-ng", "--stdout", "-s", "170", text], check=True, capture_output=True, timeout=30
+    ).stdout
+    with wave.open(io.BytesIO(wav_bytes)) as wav:
+        rate, pcm = wav.getframerate(), wav.readframes(wav.getnframes())
+    frame = av.AudioFrame.from_ndarray(np.frombuffer(pcm, dtype="<i2").reshape(1, -1), format="s16", layout="mono")
+    frame.sample_rate = rate
+    resampler = av.AudioResampler(format="flt", layout="mono", rate=TALKER_SAMPLE_RATE)
+    out = [f.to_ndarray().reshape(-1) for f in resampler.resample(frame) + resampler.resample(None)]
+    return np.concatenate(out).astype(np.float32) if out else np.zeros(0, dtype=np.float32)
+
+
+class SyntheticEngine:
+    """CPU-only, deterministic understanding engine (the default)."""
+
+    name = "synthetic"
+
+    def __init__(
+        self,
+        ttft: float = 0.15,
+        token_rate: float = 40.0,
+        audio_speed: float = 4.0,
+        voice: str = "auto",
+    ) -> None:
+        self.ttft = ttft
+        self.token_rate = token_rate
+        self.audio_speed = audio_speed
+        if voice == "auto":
+            voice = "espeak" if shutil.which("espeak-ng") else "tone"
+        self.voice = voice
+        self._active: set[str] = set()
+        self._aborted: set[str] = set()
+        # The last requests aborted, newest last: lets operators and tests see what was cut.
+        self.recent_aborts: deque[str] = deque(maxlen=64)
+
+    def _speak(self, text: str) -> np.ndarray:
+        return espeak_voice(text) if self.voice == "espeak" else tone_voice(text)
+
+    async def generate(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:
+        analysis = await asyncio.to_thread(analyse, turn)
+        answer = analysis.describe()
+        words = answer.split(" ")
+        # Text timeline: one word per token after the time to first token.
+        timeline: list[tuple[float, UnderstandOutput]] = [
+            (self.ttft + i / self.token_rate, TextDelta(word if i == 0 else " " + word))
+            for i, word in enumerate(words)
+        ]
+        if "audio" in turn.modalities:
+            speech = await asyncio.to_thread(self._speak, answer)
+            # The talker starts once the first sentence is written, like vLLM-Omni's async chunking.
+            first_sentence_words = len(answer.split(".")[0].split(" "))
+            at = self.ttft + first_sentence_words / self.token_rate
+            start, chunk_s = 0, FIRST_AUDIO_CHUNK_S
+            while start < speech.size:
+                end = min(speech.size, start + int(chunk_s * TALKER_SAMPLE_RATE))
+                at += (end - start) / TALKER_SAMPLE_RATE / self.audio_speed
+                timeline.append((at, AudioChunk(speech[start:end])))
+                start, chunk_s = end, AUDIO_CHUNK_S
+        timeline.sort(key=lambda item: item[0])
+
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        self._active.add(turn.request_id)
+        try:
+            for at, output in timeline:
+                delay = began + at - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if turn.request_id in self._aborted:
+                    return
+                yield output
+        finally:
+            self._active.discard(turn.request_id)
+            self._aborted.discard(turn.request_id)
+
+    async def abort(self, request_id: str) -> None:
+        if request_id in self._active:
+            self._aborted.add(request_id)
+        self.recent_aborts.append(request_id)
+
+    async def close(self) -> None:
+        self._active.clear()
+        self._aborted.clear()

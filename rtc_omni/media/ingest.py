@@ -1,0 +1,109 @@
+"""Ingest: drain the peer's camera and microphone tracks into what a session consumes.
+
+aiortc decodes every RTP frame into an unbounded queue; these loops empty it continuously. Video is
+sampled by media time at the session's `sample_fps`, and only sampled frames are colour-converted
+and handed on; audio is resampled to 16 kHz mono PCM16 with av.AudioResampler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import av
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from PIL import Image
+
+logger = logging.getLogger(__name__)
+
+INGEST_SAMPLE_RATE = 16_000
+
+
+class MediaSink(Protocol):
+    """The session side of ingest."""
+
+    @property
+    def sample_fps(self) -> float | None:
+        """Current sampling rate, or None while the session does not take media yet."""
+        ...
+
+    def note_frame_received(self) -> None: ...
+
+    async def add_track_frame(self, image: Image.Image, pts_ms: float | None, received_ts_ms: float) -> None: ...
+
+    def add_track_audio(self, pcm16: bytes) -> None: ...
+
+
+def _pts_seconds(frame: av.VideoFrame) -> float | None:
+    if frame.pts is None or frame.time_base is None:
+        return None
+    return float(frame.pts * frame.time_base)
+
+
+class FrameSampler:
+    """Picks frames at a fixed rate of media time; robust to bursts and to rate changes."""
+
+    def __init__(self) -> None:
+        self._next_at: float | None = None
+
+    def take(self, at: float, fps: float) -> bool:
+        interval = 1.0 / fps
+        if self._next_at is None or at >= self._next_at:
+            # Schedule from the due time, not from `at`, so the rate stays exact; resync after a gap.
+            base = at if self._next_at is None or at - self._next_at > interval else self._next_at
+            self._next_at = base + interval
+            return True
+        if self._next_at - at > interval:  # clock went backwards (new stream): resync
+            self._next_at = at + interval
+            return True
+        return False
+
+
+async def ingest_video(track: MediaStreamTrack, sink: MediaSink) -> None:
+    """Drain a video track until it ends, passing sampled frames to the sink."""
+    sampler = FrameSampler()
+    while True:
+        try:
+            frame = await track.recv()
+        except MediaStreamError:
+            return
+        received_ts_ms = time.monotonic() * 1000.0
+        sink.note_frame_received()
+        fps = sink.sample_fps
+        if fps is None:
+            continue
+        pts_s = _pts_seconds(frame)
+        if not sampler.take(pts_s if pts_s is not None else received_ts_ms / 1000.0, fps):
+            continue
+        image = await asyncio.to_thread(frame.to_image)
+        await sink.add_track_frame(image, None if pts_s is None else pts_s * 1000.0, received_ts_ms)
+
+
+async def ingest_audio(track: MediaStreamTrack, sink: MediaSink) -> None:
+    """Drain an audio track until it ends, passing 16 kHz mono PCM16 to the sink."""
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=INGEST_SAMPLE_RATE)
+    while True:
+        try:
+            frame = await track.recv()
+        except MediaStreamError:
+            return
+        if sink.sample_fps is None:  # not configured yet: drop, keep draining
+            continue
+        pcm = b"".join(out.to_ndarray().tobytes() for out in resampler.resample(frame))
+        if pcm:
+            sink.add_track_audio(pcm)
+
+
+def start_ingest(
+    track: MediaStreamTrack, sink: MediaSink, spawn: Callable[[Awaitable[None]], asyncio.Task[None]]
+) -> asyncio.Task[None] | None:
+    """Start the drain loop that fits the track's kind."""
+    if track.kind == "video":
+        return spawn(ingest_video(track, sink))
+    if track.kind == "audio":
+        return spawn(ingest_audio(track, sink))
+    logger.warning("ignoring track of kind %s", track.kind)
+    return None

@@ -1,0 +1,637 @@
+"""The understanding session: one live conversation about what the camera sees and the mic hears.
+
+Transport-agnostic: it takes raw control messages (`receive_text`), sampled camera frames and
+16 kHz audio (the `MediaSink` side), and emits JSON events through `send` and speech through a
+`Talker`. It owns the state machine of vLLM-Omni's `/v1/video/chat/stream`: config first, frame
+and audio buffers with EVS, turns, interrupts, `video.done`, and the timeouts around them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import io
+import json
+import logging
+import time
+import uuid
+import wave
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+from PIL import Image
+from pydantic import ValidationError
+
+from ..config import Settings
+from ..engines.base import (
+    TALKER_SAMPLE_RATE,
+    AudioChunk,
+    TextDelta,
+    TurnFrame,
+    UnderstandEngine,
+    UnderstandOutput,
+    UnderstandTurn,
+)
+from ..media.evs import FrameSimilarityFilter
+from ..protocol import understand as proto
+from .frame_buffer import BufferedFrame, FrameBuffer
+
+logger = logging.getLogger(__name__)
+
+MAX_MESSAGE_QUEUE = 200
+MAX_HISTORY_MESSAGES = 16
+TRACK_JPEG_QUALITY = 90
+CANCEL_WAIT_S = 5.0
+ENGINE_CALL_TIMEOUT_S = 5.0
+
+SessionState = Literal["configuring", "active", "finishing", "closed"]
+
+
+class Talker(Protocol):
+    """Where the session's speech goes (the outgoing RTP audio track)."""
+
+    async def write(self, samples: np.ndarray) -> None: ...
+
+    def flush(self) -> float: ...
+
+    async def wait_drained(self, timeout: float) -> bool: ...
+
+
+def _now_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+def _wav_base64(samples: np.ndarray, sample_rate: int) -> str:
+    pcm = (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+    out = io.BytesIO()
+    with wave.open(out, "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(sample_rate)
+        wav.writeframes(pcm)
+    return base64.b64encode(out.getvalue()).decode("ascii")
+
+
+def _decode_image(data: bytes) -> Image.Image:
+    image = Image.open(io.BytesIO(data))
+    image.load()
+    return image
+
+
+def _encode_jpeg(image: Image.Image) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=TRACK_JPEG_QUALITY)
+    return out.getvalue()
+
+
+@dataclass
+class SessionCounters:
+    frames_received: int = 0
+    frames_sampled: int = 0
+    frames_filtered: int = 0
+    frames_evicted: int = 0
+    turns_started: int = 0
+    turns_completed: int = 0
+    turns_cancelled: int = 0
+    turns_failed: int = 0
+    errors_sent: int = 0
+
+
+@dataclass
+class _Turn:
+    request_id: str
+    task: asyncio.Task[None] | None = None
+    engine_finished: bool = False
+    text: str = ""
+    text_done_sent: bool = False
+
+
+@dataclass
+class _PendingFrame:
+    """The newest sampled camera frame, kept even when EVS filtered it (see `_turn_frames`)."""
+
+    frame: BufferedFrame
+    buffered: bool
+
+
+@dataclass
+class UnderstandSession:
+    """State and behaviour of one understanding conversation."""
+
+    session_id: str
+    settings: Settings
+    engine: UnderstandEngine
+    send: Callable[[dict[str, Any]], None]
+    talker: Talker | None = None
+    on_closed: Callable[[UnderstandSession], None] | None = None
+
+    state: SessionState = "configuring"
+    config: proto.SessionConfig | None = None
+    counters: SessionCounters = field(default_factory=SessionCounters)
+
+    def __post_init__(self) -> None:
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(MAX_MESSAGE_QUEUE)
+        self._explicit_config = False
+        self._frames = FrameBuffer(50)
+        self._dc_filter: FrameSimilarityFilter | None = None
+        self._track_filter: FrameSimilarityFilter | None = None
+        self._latest_track_frame: _PendingFrame | None = None
+        self._track_frame_seq = 0
+        self._audio = bytearray()
+        self._history: deque[dict[str, Any]] = deque(maxlen=MAX_HISTORY_MESSAGES)
+        self._turn: _Turn | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._last_activity = time.monotonic()
+        self._closer: asyncio.Task[None] | None = None
+        self.closed = asyncio.Event()
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        self._spawn(self._process_messages())
+        self._spawn(self._watch_idle())
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def close(self) -> None:
+        """End the session: abort the active request, cancel every task, drop the buffers."""
+        if self.state == "closed":
+            return
+        self.state = "closed"
+        await self._cancel_turn(notify=False)
+        current = asyncio.current_task()
+        tasks = [t for t in self._tasks if t is not current]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._frames = FrameBuffer(1)
+        self._latest_track_frame = None
+        self._audio.clear()
+        self._history.clear()
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        self.closed.set()
+        if self.on_closed is not None:
+            self.on_closed(self)
+
+    def _close_soon(self) -> None:
+        """Close from inside one of the session's own tasks without cancelling it mid-way."""
+        if self._closer is None:
+            self._closer = asyncio.get_running_loop().create_task(self.close())
+
+    def _emit(self, event: proto.ServerEvent) -> None:
+        if self.state == "closed":
+            return
+        if isinstance(event, proto.ErrorEvent):
+            self.counters.errors_sent += 1
+        self.send(event.to_wire())
+
+    def _error(self, message: str, request_id: str | None = None) -> None:
+        event = proto.ErrorEvent(message=message)
+        if request_id is not None:
+            event.request_id = request_id
+        self._emit(event)
+
+    def _touch(self) -> None:
+        self._last_activity = time.monotonic()
+
+    async def _watch_idle(self) -> None:
+        period = min(1.0, self.settings.idle_timeout / 4)
+        while True:
+            await asyncio.sleep(period)
+            if time.monotonic() - self._last_activity > self.settings.idle_timeout:
+                self._error(proto.IDLE_TIMEOUT)
+                self._close_soon()
+                return
+
+    # ----------------------------------------------------------------- control messages
+
+    def receive_text(self, raw: str) -> None:
+        """Take one control message (the reference's reader side: parse, reject, enqueue)."""
+        if self.state in ("finishing", "closed"):
+            return
+        self._touch()
+        try:
+            msg = json.loads(raw)
+        except (json.JSONDecodeError, RecursionError):
+            self._error(proto.INVALID_JSON_IN_CONFIG if self.config is None else proto.INVALID_JSON)
+            return
+        if not isinstance(msg, dict):
+            if self.config is None:
+                self._error(proto.expected_config_error(type(msg).__name__))
+            else:
+                self._error(proto.NOT_AN_OBJECT)
+            return
+        msg_type = msg.get("type")
+        if isinstance(msg_type, str) and msg_type.startswith("_internal."):
+            self._error(proto.unknown_type_error(msg_type))
+            return
+        if msg_type == "video.frame":
+            msg["_receiver_received_ts_ms"] = _now_ms()
+        try:
+            self._queue.put_nowait(msg)
+        except asyncio.QueueFull:
+            self._error(proto.MESSAGE_QUEUE_FULL)
+            return
+        if msg_type == "video.done":
+            self.state = "finishing"
+
+    def receive_binary(self, data: bytes) -> None:
+        self._touch()
+        self._error(proto.BINARY_NOT_SUPPORTED)
+
+    async def _process_messages(self) -> None:
+        while True:
+            if self.config is None:
+                timeout = self.settings.config_timeout
+                try:
+                    async with asyncio.timeout(timeout):
+                        msg = await self._queue.get()
+                except TimeoutError:
+                    self._error(proto.TIMEOUT_WAITING_FOR_CONFIG)
+                    self._apply_config(proto.SessionConfig(), explicit=False)
+                    continue
+            else:
+                msg = await self._queue.get()
+            try:
+                done = await self._handle(msg)
+            except Exception:  # a bug must not take the session down
+                logger.exception("session %s: message handling failed", self.session_id)
+                self._error(f"Internal error handling {msg.get('type')!s}")
+                continue
+            if done:
+                return
+
+    async def _handle(self, msg: dict[str, Any]) -> bool:
+        msg_type = msg.get("type")
+        if msg_type == "session.config":
+            self._handle_config(msg)
+            return False
+        if self.config is None:
+            self._error(proto.expected_config_error(msg_type))
+            return False
+        if msg_type == "video.frame":
+            await self._handle_dc_frame(msg)
+        elif msg_type == "audio.chunk":
+            self._handle_audio_chunk(msg.get("data"))
+        elif msg_type == "video.query":
+            await self._handle_query(msg)
+        elif msg_type == "video.done":
+            await self._finish()
+            return True
+        elif msg_type == "ping":
+            self._emit(proto.Pong())
+        else:
+            self._error(proto.unknown_type_error(msg_type))
+        return False
+
+    def _handle_config(self, msg: dict[str, Any]) -> None:
+        if self._explicit_config:
+            self._error(proto.CONFIG_ALREADY_APPLIED)
+            return
+        data = {k: v for k, v in msg.items() if k != "type"}
+        try:
+            config = proto.SessionConfig.model_validate(data)
+        except ValidationError as exc:
+            self._error(proto.invalid_config_error(str(exc)))
+            return
+        self._apply_config(config, explicit=True)
+
+    def _apply_config(self, config: proto.SessionConfig, *, explicit: bool) -> None:
+        self.config = config
+        self._explicit_config = explicit
+        self._frames.max_frames = config.max_frames
+        self._dc_filter = (
+            FrameSimilarityFilter(config.frame_filter_threshold) if config.enable_frame_filter else None
+        )
+        self._track_filter = (
+            FrameSimilarityFilter(config.track_filter_threshold) if config.enable_frame_filter else None
+        )
+        if self.state == "configuring":
+            self.state = "active"
+
+    # ----------------------------------------------------------------- media in
+
+    @property
+    def sample_fps(self) -> float | None:
+        return self.config.sample_fps if self.config is not None and self.state == "active" else None
+
+    def note_frame_received(self) -> None:
+        self.counters.frames_received += 1
+        self._touch()
+
+    async def _handle_dc_frame(self, msg: dict[str, Any]) -> None:
+        data = msg.get("data")
+        if not data:
+            return
+        self.counters.frames_received += 1
+        if not isinstance(data, str) or len(data) > proto.MAX_FRAME_B64_CHARS:
+            self._error(proto.FRAME_TOO_LARGE if isinstance(data, str) else proto.INVALID_IMAGE_DATA)
+            return
+        try:
+            raw = base64.b64decode(data, validate=True)
+            image = await asyncio.to_thread(_decode_image, raw)
+        except (binascii.Error, ValueError, OSError, Image.DecompressionBombError):
+            self._error(proto.INVALID_IMAGE_DATA)
+            return
+        self.counters.frames_sampled += 1
+        frame = BufferedFrame(
+            data=raw,
+            frame_id=msg.get("frame_id"),
+            pts_ms=msg.get("pts_ms"),
+            source_pts_ms=msg.get("source_pts_ms"),
+            quality_profile=msg.get("quality_profile"),
+            capture_ts_ms=msg.get("capture_ts_ms"),
+            receiver_received_ts_ms=msg.get("_receiver_received_ts_ms"),
+            decoded_ready_ts_ms=_now_ms(),
+        )
+        try:
+            retained = self._dc_filter is None or await asyncio.to_thread(self._dc_filter.should_retain, image)
+        except (OSError, ValueError):
+            self._error(proto.INVALID_IMAGE_DATA)
+            return
+        self._buffer_frame(frame, retained)
+
+    async def add_track_frame(self, image: Image.Image, pts_ms: float | None, received_ts_ms: float) -> None:
+        """A sampled camera frame: EVS, JPEG for the buffer, ack. Runs only for sampled frames."""
+        if self.state != "active":
+            return
+        self.counters.frames_sampled += 1
+        self._track_frame_seq += 1
+        track_filter = self._track_filter
+
+        def evaluate() -> tuple[bool, bytes]:
+            keep = track_filter is None or track_filter.should_retain(image)
+            return keep, _encode_jpeg(image)
+
+        retained, jpeg = await asyncio.to_thread(evaluate)
+        if self.state != "active":
+            return
+        frame = BufferedFrame(
+            data=jpeg,
+            frame_id=f"rtp-{self._track_frame_seq}",
+            pts_ms=None if pts_ms is None else round(pts_ms, 3),
+            receiver_received_ts_ms=received_ts_ms,
+            decoded_ready_ts_ms=_now_ms(),
+        )
+        self._latest_track_frame = _PendingFrame(frame, buffered=retained)
+        self._buffer_frame(frame, retained)
+
+    def _buffer_frame(self, frame: BufferedFrame, retained: bool) -> None:
+        if not retained:
+            self.counters.frames_filtered += 1
+            self._ack(frame, accepted=False, reason="filtered")
+            return
+        evicted = self._frames.append(frame)
+        if evicted is not None:
+            self.counters.frames_evicted += 1
+        dropped_id = evicted.frame_id if evicted is not None and evicted.has_id else None
+        self._ack(frame, accepted=True, dropped_frame_id=dropped_id)
+
+    def _ack(self, frame: BufferedFrame, *, accepted: bool, reason: str | None = None, dropped_frame_id: Any = None) -> None:
+        if not frame.has_id:
+            return
+        ack = proto.FrameAck(
+            frame_id=frame.frame_id,
+            pts_ms=frame.pts_ms,
+            capture_ts_ms=frame.capture_ts_ms,
+            accepted=accepted,
+            buffered_frames=len(self._frames),
+            server_receive_ts_ms=frame.receiver_received_ts_ms or _now_ms(),
+        )
+        if reason is not None:
+            ack.reason = "filtered"
+        if dropped_frame_id is not None:
+            ack.dropped_frame_id = dropped_frame_id
+        self._emit(ack)
+
+    def _append_audio(self, pcm16: bytes) -> None:
+        if len(self._audio) + len(pcm16) > proto.MAX_AUDIO_BUFFER_BYTES:
+            self._audio.clear()
+            self._error(proto.AUDIO_BUFFER_OVERFLOW)
+            return
+        self._audio.extend(pcm16)
+
+    def add_track_audio(self, pcm16: bytes) -> None:
+        if self.state != "active":
+            return
+        self._touch()
+        self._append_audio(pcm16)
+
+    def _handle_audio_chunk(self, data: Any) -> None:
+        # The reference decodes audio leniently and drops undecodable chunks silently.
+        if not isinstance(data, str) or not data:
+            return
+        try:
+            pcm = base64.b64decode(data)
+        except (binascii.Error, ValueError):
+            return
+        self._append_audio(pcm)
+
+    # ----------------------------------------------------------------- turns
+
+    async def _handle_query(self, msg: dict[str, Any]) -> None:
+        self._handle_audio_chunk(msg.get("audio_data"))
+        await self._cancel_turn(notify=True)
+        if len(self._frames) == 0:
+            self._error(proto.NO_FRAMES_BUFFERED)
+            return
+        text = msg.get("text", "")
+        turn = _Turn(request_id=f"video-{uuid.uuid4().hex[:12]}")
+        frames = self._turn_frames()
+        audio = bytes(self._audio)
+        self._audio.clear()
+        self._turn = turn
+        self.counters.turns_started += 1
+        turn.task = self._spawn(self._run_turn(turn, frames, audio, text if isinstance(text, str) else str(text)))
+
+    def _turn_frames(self) -> list[BufferedFrame]:
+        """The reference's sample of the buffer, with the newest camera frame always current.
+
+        EVS keeps near-duplicates out of the buffer, so on a still scene the newest buffered frame
+        can be minutes old. When the newest sampled camera frame was filtered, it stands in for the
+        newest buffered frame in this turn (EVS judged them alike), so the model's newest view is
+        never older than one sampling interval. DataChannel frames are sampled exactly as upstream.
+        """
+        assert self.config is not None
+        frames = self._frames.sample(self.config.num_frames)
+        latest = self._latest_track_frame
+        if latest is not None and not latest.buffered and frames and frames[-1].frame_id != latest.frame.frame_id:
+            frames[-1] = latest.frame
+        return frames
+
+    async def _cancel_turn(self, *, notify: bool) -> None:
+        """Interrupt the active turn: stop its text, flush its audio, abort its engine request."""
+        turn, self._turn = self._turn, None
+        if turn is None or turn.task is None or turn.task.done():
+            return
+        turn.task.cancel()
+        await asyncio.wait([turn.task], timeout=CANCEL_WAIT_S)
+        if self.talker is not None:
+            self.talker.flush()
+        if not turn.engine_finished:
+            try:
+                async with asyncio.timeout(ENGINE_CALL_TIMEOUT_S):
+                    await self.engine.abort(turn.request_id)
+            except Exception:
+                logger.warning("session %s: abort of %s failed", self.session_id, turn.request_id, exc_info=True)
+        self.counters.turns_cancelled += 1
+        if notify:
+            self._emit(proto.ResponseCancelled(request_id=turn.request_id))
+
+    async def _decode_turn_frames(self, frames: list[BufferedFrame]) -> list[TurnFrame]:
+        def decode() -> list[TurnFrame]:
+            return [
+                TurnFrame(
+                    rgb=np.asarray(_decode_image(f.data).convert("RGB")),
+                    frame_id=f.frame_id if f.has_id else None,
+                    pts_ms=f.pts_ms if isinstance(f.pts_ms, (int, float)) else None,
+                )
+                for f in frames
+            ]
+
+        return await asyncio.to_thread(decode)
+
+    async def _outputs(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:
+        """The engine's stream, each step bounded by the stall timeout."""
+        stream = self.engine.generate(turn)
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self.settings.engine_stall_timeout):
+                        output = await anext(stream)
+                except StopAsyncIteration:
+                    return
+                yield output
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+
+    async def _run_turn(self, turn: _Turn, frames: list[BufferedFrame], audio: bytes, query: str) -> None:
+        assert self.config is not None
+        config = self.config
+        request_id = turn.request_id
+        self._emit(proto.ResponseStart(request_id=request_id))
+        audio_seen = False
+        try:
+            turn_frames = await self._decode_turn_frames(frames)
+            engine_turn = UnderstandTurn(
+                request_id=request_id,
+                frames=turn_frames,
+                audio_pcm16=audio,
+                query=query,
+                history=list(self._history),
+                system_prompt=config.system_prompt,
+                modalities=tuple(config.modalities),
+            )
+            consumed_pending = any(f.has_id for f in frames)
+            async for output in self._outputs(engine_turn):
+                if consumed_pending:
+                    consumed_pending = False
+                    self._emit(self._frames_consumed(request_id, frames))
+                if isinstance(output, TextDelta):
+                    turn.text += output.text
+                    self._emit(proto.TextDeltaEvent(request_id=request_id, delta=output.text))
+                elif isinstance(output, AudioChunk):
+                    audio_seen = True
+                    if config.audio_events:
+                        data = _wav_base64(output.samples, TALKER_SAMPLE_RATE)
+                        self._emit(proto.AudioDeltaEvent(request_id=request_id, data=data))
+                    if self.talker is not None:
+                        await self.talker.write(output.samples)
+            turn.engine_finished = True
+        except asyncio.CancelledError:
+            raise
+        except TimeoutError:
+            await self._fail_turn(turn, proto.ENGINE_STALLED)
+            return
+        except Exception:
+            logger.exception("session %s: turn %s failed", self.session_id, request_id)
+            await self._fail_turn(turn, proto.QUERY_PROCESSING_FAILED)
+            return
+
+        turn.text_done_sent = True
+        self._emit(proto.TextDone(request_id=request_id, text=turn.text))
+        if audio_seen:
+            if self.talker is not None:
+                # The turn lasts until its speech has played out, so an interrupt can still cut it.
+                await self.talker.wait_drained(timeout=self.settings.engine_stall_timeout)
+            self._emit(proto.AudioDone(request_id=request_id))
+        self._history.append({"role": "user", "content": query})
+        self._history.append({"role": "assistant", "content": turn.text})
+        self.counters.turns_completed += 1
+        if self._turn is turn:
+            self._turn = None
+
+    async def _fail_turn(self, turn: _Turn, message: str) -> None:
+        self.counters.turns_failed += 1
+        if self._turn is turn:
+            self._turn = None
+        if not turn.engine_finished:
+            try:
+                async with asyncio.timeout(ENGINE_CALL_TIMEOUT_S):
+                    await self.engine.abort(turn.request_id)
+            except Exception:
+                logger.debug("abort after failure failed", exc_info=True)
+        self._error(message, request_id=turn.request_id)
+        if not turn.text_done_sent:
+            self._emit(proto.TextDone(request_id=turn.request_id, text=turn.text))
+
+    def _frames_consumed(self, request_id: str, frames: list[BufferedFrame]) -> proto.FramesConsumed:
+        return proto.FramesConsumed(
+            request_id=request_id,
+            model_selected_ts_ms=_now_ms(),
+            frame_ids=[f.frame_id for f in frames if f.has_id],
+            frames=[
+                proto.ConsumedFrame(
+                    frame_id=f.frame_id,
+                    pts_ms=f.pts_ms,
+                    source_pts_ms=f.source_pts_ms,
+                    quality_profile=f.quality_profile,
+                    receiver_received_ts_ms=f.receiver_received_ts_ms,
+                    decoded_ready_ts_ms=f.decoded_ready_ts_ms,
+                )
+                for f in frames
+            ],
+            latest_pts_ms=frames[-1].pts_ms if frames else None,
+        )
+
+    async def _finish(self) -> None:
+        """`video.done`: let the active turn finish (bounded), then `session.done` and close."""
+        self.state = "finishing"
+        turn = self._turn
+        if turn is not None and turn.task is not None:
+            done, _ = await asyncio.wait([turn.task], timeout=self.settings.engine_stall_timeout * 2)
+            if not done:
+                await self._cancel_turn(notify=True)
+        self._emit(proto.SessionDone())
+        self._close_soon()
+
+    # ----------------------------------------------------------------- introspection
+
+    def stats(self) -> dict[str, Any]:
+        c = self.counters
+        return {
+            "kind": "understand",
+            "state": self.state,
+            "config_applied": self.config is not None,
+            "frames_received": c.frames_received,
+            "frames_sampled": c.frames_sampled,
+            "frames_filtered": c.frames_filtered,
+            "frames_buffered": len(self._frames),
+            "frames_evicted": c.frames_evicted,
+            "audio_ms_buffered": round(len(self._audio) / 2 / 16.0, 1),
+            "turns_started": c.turns_started,
+            "turns_completed": c.turns_completed,
+            "turns_cancelled": c.turns_cancelled,
+            "turns_failed": c.turns_failed,
+            "turn_active": self._turn is not None,
+            "errors_sent": c.errors_sent,
+        }

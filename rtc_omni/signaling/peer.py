@@ -1,0 +1,183 @@
+"""The WebRTC transport of a session: one RTCPeerConnection bound to one session.
+
+It turns the `control` DataChannel into `receive_text` calls and events back into JSON text,
+drains incoming tracks into the session (media/ingest.py), attaches the talker track to the
+answer, and closes everything when the peer goes away or never connects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiortc import RTCDataChannel, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamTrack
+
+from ..config import Settings
+from ..engines.base import UnderstandEngine
+from ..media.ingest import start_ingest
+from ..media.talker import TalkerAudioTrack
+from ..sessions.understand import UnderstandSession
+from .ice import ice_servers, rtc_configuration
+
+logger = logging.getLogger(__name__)
+
+CONTROL_LABEL = "control"
+MAX_PENDING_EVENTS = 256  # events emitted before the DataChannel opens; the oldest go first
+
+
+class PeerSession:
+    """An understanding session reached over one peer connection."""
+
+    kind = "understand"
+
+    def __init__(
+        self,
+        session_id: str,
+        settings: Settings,
+        engine: UnderstandEngine,
+        on_closed: Callable[[PeerSession], Awaitable[None] | None],
+    ) -> None:
+        self.session_id = session_id
+        self.settings = settings
+        self.pc = RTCPeerConnection(
+            rtc_configuration(ice_servers(settings.ice_server, settings.ice_username, settings.ice_credential))
+        )
+        self.talker = TalkerAudioTrack()
+        self.session = UnderstandSession(
+            session_id=session_id,
+            settings=settings,
+            engine=engine,
+            send=self._send,
+            talker=self.talker,
+            on_closed=lambda _session: self._close_soon(),
+        )
+        self._on_closed = on_closed
+        self._channel: RTCDataChannel | None = None
+        self._pending: deque[str] = deque(maxlen=MAX_PENDING_EVENTS)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing: asyncio.Task[None] | None = None
+        self.closed = asyncio.Event()
+
+    # ----------------------------------------------------------------- setup
+
+    async def accept(self, offer: RTCSessionDescription) -> RTCSessionDescription:
+        """Apply the peer's offer and return the complete (non-trickle) answer."""
+        self.pc.on("datachannel", self._on_datachannel)
+        self.pc.on("track", self._on_track)
+        self.pc.on("connectionstatechange", self._on_connection_state)
+        await self.pc.setRemoteDescription(offer)
+        if any(t.kind == "audio" for t in self.pc.getTransceivers()):
+            self.pc.addTrack(self.talker)
+        else:
+            self.session.talker = None
+        answer = await self.pc.createAnswer()
+        await self.pc.setLocalDescription(answer)
+        if not _has_candidates(self.pc.localDescription.sdp):
+            raise RuntimeError("the server's ICE agent gathered no candidates; check --ice-address and --ice-server")
+        self.session.start()
+        self._spawn(self._connect_deadline())
+        return self.pc.localDescription
+
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _on_datachannel(self, channel: RTCDataChannel) -> None:
+        if channel.label != CONTROL_LABEL or self._channel is not None:
+            logger.info("session %s: closing unexpected DataChannel %r", self.session_id, channel.label)
+            channel.close()
+            return
+        self._channel = channel
+
+        @channel.on("message")
+        def on_message(message: str | bytes) -> None:
+            if isinstance(message, str):
+                self.session.receive_text(message)
+            else:
+                self.session.receive_binary(message)
+
+        @channel.on("open")
+        def on_open() -> None:
+            self._flush_pending()
+
+        self._flush_pending()
+
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        start_ingest(track, self.session, self._spawn)
+
+    async def _on_connection_state(self) -> None:
+        state = self.pc.connectionState
+        logger.info("session %s: connection %s", self.session_id, state)
+        if state in ("failed", "closed"):
+            self._close_soon()
+
+    async def _connect_deadline(self) -> None:
+        await asyncio.sleep(self.settings.ice_connect_timeout)
+        if self.pc.connectionState != "connected":
+            logger.info("session %s: not connected after %.1f s, closing", self.session_id, self.settings.ice_connect_timeout)
+            self._close_soon()
+
+    # ----------------------------------------------------------------- events out
+
+    def _send(self, event: dict[str, Any]) -> None:
+        self._pending.append(json.dumps(event, separators=(",", ":")))
+        self._flush_pending()
+
+    def _flush_pending(self) -> None:
+        channel = self._channel
+        if channel is None or channel.readyState != "open":
+            return
+        while self._pending:
+            channel.send(self._pending.popleft())
+
+    # ----------------------------------------------------------------- teardown
+
+    def _close_soon(self) -> None:
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self.close())
+
+    async def close(self) -> None:
+        """Close the session, its tasks, its tracks and the peer connection; idempotent."""
+        if self.closed.is_set():
+            return
+        self.closed.set()
+        self._flush_pending()
+        await self.session.close()
+        current = asyncio.current_task()
+        tasks = [t for t in self._tasks if t is not current]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.talker.stop()
+        await self.pc.close()
+        result = self._on_closed(self)
+        if asyncio.iscoroutine(result):
+            await result
+
+    async def stats(self) -> dict[str, Any]:
+        stats = {"session_id": self.session_id, **self.session.stats(), "connection_state": self.pc.connectionState}
+        bytes_in = bytes_out = 0
+        if not self.closed.is_set():
+            for report in (await self.pc.getStats()).values():
+                if report.type == "inbound-rtp":
+                    bytes_in += report.bytesReceived
+                elif report.type == "outbound-rtp":
+                    bytes_out += report.bytesSent
+        stats.update(
+            bytes_received=bytes_in,
+            bytes_sent=bytes_out,
+            talker_buffered_ms=round(self.talker.buffered_ms, 1),
+            talker_frames_sent=self.talker.frames_sent,
+        )
+        return stats
+
+
+def _has_candidates(sdp: str) -> bool:
+    return "a=candidate:" in sdp
