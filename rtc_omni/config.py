@@ -51,6 +51,12 @@ class Settings(BaseModel):
     engine_stall_timeout: float = Field(
         60.0, gt=0, description="Seconds the engine may go without output before a turn fails."
     )
+    max_frame_size: int = Field(
+        10 * 1024 * 1024,
+        ge=1,
+        description="Longest video.frame base64 string accepted (the reference's 10 MiB; SCTP further "
+        "limits one DataChannel message to 256 KiB).",
+    )
     max_sessions: int = Field(64, ge=1, description="Concurrent sessions; more get 503.")
 
     synthetic_ttft: float = Field(

@@ -41,7 +41,6 @@ def unknown_type_error(msg_type: Any) -> str:
     return f"Unknown type: {msg_type}"
 
 
-MAX_FRAME_B64_CHARS = 10 * 1024 * 1024
 MAX_AUDIO_BUFFER_BYTES = 4 * 1024 * 1024
 AUDIO_SAMPLE_RATE = 16_000
 

@@ -333,7 +333,7 @@ class UnderstandSession:
         if not data:
             return
         self.counters.frames_received += 1
-        if not isinstance(data, str) or len(data) > proto.MAX_FRAME_B64_CHARS:
+        if not isinstance(data, str) or len(data) > self.settings.max_frame_size:
             self._error(proto.FRAME_TOO_LARGE if isinstance(data, str) else proto.INVALID_IMAGE_DATA)
             return
         try:

@@ -163,16 +163,18 @@ class PeerSession:
 
     async def stats(self) -> dict[str, Any]:
         stats = {"session_id": self.session_id, **self.session.stats(), "connection_state": self.pc.connectionState}
-        bytes_in = bytes_out = 0
+        bytes_in = bytes_out = packets_in = 0
         if not self.closed.is_set():
             for report in (await self.pc.getStats()).values():
-                if report.type == "inbound-rtp":
+                if report.type == "transport":
                     bytes_in += report.bytesReceived
-                elif report.type == "outbound-rtp":
                     bytes_out += report.bytesSent
+                elif report.type == "inbound-rtp":
+                    packets_in += report.packetsReceived
         stats.update(
             bytes_received=bytes_in,
             bytes_sent=bytes_out,
+            rtp_packets_received=packets_in,
             talker_buffered_ms=round(self.talker.buffered_ms, 1),
             talker_frames_sent=self.talker.frames_sent,
         )

@@ -1,0 +1,104 @@
+"""Shared fixtures: an in-process server on 127.0.0.1 and headless aiortc peers restricted to loopback."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from rtc_omni.app import create_app
+from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
+from rtc_omni.client.peer import UnderstandClient
+from rtc_omni.config import Settings
+from rtc_omni.engines import SyntheticEngine
+from rtc_omni.signaling.keys import ENGINE, REGISTRY
+
+FAST_SETTINGS = dict(
+    host="127.0.0.1",
+    ice_address=["127.0.0.1"],
+    synthetic_ttft=0.05,
+    synthetic_token_rate=200.0,
+    synthetic_audio_speed=8.0,
+    synthetic_voice="tone",
+)
+
+
+class RunningServer:
+    def __init__(self, server: TestServer) -> None:
+        self.server = server
+        self.app: web.Application = server.app
+
+    @property
+    def url(self) -> str:
+        return str(self.server.make_url("")).rstrip("/")
+
+    @property
+    def registry(self) -> Any:
+        return self.app[REGISTRY]
+
+    @property
+    def engine(self) -> SyntheticEngine:
+        return self.app[ENGINE]  # type: ignore[return-value]
+
+
+ServerFactory = Callable[..., Awaitable[RunningServer]]
+
+
+@pytest.fixture
+async def make_server() -> AsyncIterator[ServerFactory]:
+    servers: list[TestServer] = []
+
+    async def factory(**overrides: Any) -> RunningServer:
+        settings = Settings(**{**FAST_SETTINGS, **overrides})
+        server = TestServer(create_app(settings), host="127.0.0.1", port=0)
+        await server.start_server()
+        servers.append(server)
+        return RunningServer(server)
+
+    yield factory
+    for server in servers:
+        await server.close()
+
+
+@pytest.fixture
+async def server(make_server: ServerFactory) -> RunningServer:
+    return await make_server()
+
+
+ClientFactory = Callable[..., Awaitable[UnderstandClient]]
+
+
+@pytest.fixture
+async def make_client() -> AsyncIterator[ClientFactory]:
+    clients: list[UnderstandClient] = []
+
+    async def factory(server: RunningServer, colour: str | None = "red", tone: float | None = 440.0,
+                      moving: bool = False, config: dict[str, Any] | None = None, **kwargs: Any) -> UnderstandClient:
+        video = ColourVideoTrack(COLOURS[colour], 320, 240, 30, moving=moving) if colour else None
+        audio = ToneAudioTrack(tone) if tone is not None else None
+        client = UnderstandClient(server.url, video=video, audio=audio, **kwargs)
+        clients.append(client)
+        await client.connect()
+        if config is not None:
+            await client.configure(**config)
+        return client
+
+    yield factory
+    for client in clients:
+        await client.close()
+
+
+async def http_json(server: RunningServer, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+    """One HTTP request to the server; returns the status and the JSON body (None if not JSON)."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as http:
+        async with http.request(method, server.url + path, **kwargs) as response:
+            try:
+                body = await response.json(content_type=None)
+            except ValueError:
+                body = None
+            return response.status, body

@@ -1,0 +1,84 @@
+"""The installed `rtc-omni` command as a user runs it: serve, connect with the client, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import wave
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def served():
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rtc_omni", "serve", "--port", str(port), "--synthetic-voice", "tone",
+         "--synthetic-token-rate", "200"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/healthz", timeout=1) as response:
+                assert json.load(response)["status"] == "ok"
+                break
+        except OSError:
+            assert process.poll() is None, process.stdout.read()
+            assert time.monotonic() < deadline, "server did not become ready"
+            time.sleep(0.1)
+    yield url, process
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def test_client_command_prints_the_answer_and_saves_the_talker(served, tmp_path: Path) -> None:
+    url, _ = served
+    wav_path = tmp_path / "talker.wav"
+    done = subprocess.run(
+        [sys.executable, "-m", "rtc_omni", "client", "understand", "--server", url, "--video", "colour:blue",
+         "--audio", "tone:660", "--width", "320", "--height", "240", "--query", "What colour?",
+         "--save-audio", str(wav_path), "--warmup", "1"],
+        capture_output=True, text=True, timeout=90,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "mostly blue" in done.stdout and "about 660 Hz" in done.stdout
+    assert "first text" in done.stdout
+    with wave.open(str(wav_path)) as wav:
+        assert wav.getframerate() == 48000 and wav.getnframes() > 48000
+
+
+def test_ctrl_c_closes_open_sessions_and_exits(served) -> None:
+    url, process = served
+    client = subprocess.Popen(
+        [sys.executable, "-m", "rtc_omni", "client", "understand", "--server", url, "--video", "testsrc",
+         "--width", "320", "--height", "240", "--query", "hello", "--warmup", "30"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while json.load(urllib.request.urlopen(url + "/healthz", timeout=1))["sessions"] == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=15)
+        assert process.returncode == 0, output
+        assert "connection closed" in output
+        assert "Task was destroyed" not in output and "Traceback" not in output
+    finally:
+        client.kill()
+        client.wait()
