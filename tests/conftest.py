@@ -51,9 +51,9 @@ ServerFactory = Callable[..., Awaitable[RunningServer]]
 async def make_server() -> AsyncIterator[ServerFactory]:
     servers: list[TestServer] = []
 
-    async def factory(**overrides: Any) -> RunningServer:
+    async def factory(engine: Any = None, **overrides: Any) -> RunningServer:
         settings = Settings(**{**FAST_SETTINGS, **overrides})
-        server = TestServer(create_app(settings), host="127.0.0.1", port=0)
+        server = TestServer(create_app(settings, engine=engine), host="127.0.0.1", port=0)
         await server.start_server()
         servers.append(server)
         return RunningServer(server)
