@@ -11,7 +11,7 @@ import pytest
 from rtc_omni.client.media import COLOURS
 from rtc_omni.sessions.frame_buffer import sample_indices
 
-from .conftest import ClientFactory, RunningServer, ServerFactory
+from .conftest import ClientFactory, RunningServer, ServerFactory, http_json
 
 
 def _accepted(event: dict) -> bool:
@@ -123,7 +123,11 @@ async def test_frames_consumed_lists_the_sampled_frames(server: RunningServer, m
     for _ in range(9):
         await client.wait_event(where=_accepted, after=len(client.events))
     client.video.stop()  # freeze the buffer so the sample is deterministic
-    await asyncio.sleep(0.3)
+    path = f"/v1/rtc/sessions/{client.session_id}"
+    previous, current = -1, 0
+    while previous != current:  # until the frames in flight have arrived
+        await asyncio.sleep(0.3)
+        previous, current = current, (await http_json(server, "GET", path))[1]["frames_received"]
     accepted = [e["frame_id"] for e in client.events if _accepted(e)]
 
     result = await client.ask("what happened?")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import shutil
 import time
 
 import numpy as np
@@ -11,7 +11,7 @@ from PIL import Image
 
 from rtc_omni.config import Settings, load_settings
 from rtc_omni.cli import build_parser
-from rtc_omni.engines.synthetic import colour_name, dominant_frequency, tone_voice
+from rtc_omni.engines.synthetic import colour_name, dominant_frequency, espeak_voice, tone_voice
 from rtc_omni.media.evs import FrameSimilarityFilter
 from rtc_omni.media.ingest import FrameSampler
 from rtc_omni.media.talker import TalkerAudioTrack
@@ -145,3 +145,11 @@ def test_every_setting_is_a_flag_and_an_environment_variable() -> None:
         assert "--" + name.replace("_", "-") in build_parser()._subparsers._group_actions[0].choices["serve"].format_help()
     with pytest.raises(ValueError):
         load_settings(None, environ={"RTC_OMNI_IDLE_TIMEOUT": "-1"})
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed (.ci/run installs it)")
+def test_espeak_voice_speaks_the_answer() -> None:
+    speech = espeak_voice("The newest frame is mostly red.")
+    assert 1.0 < speech.size / 24000 < 5.0
+    loud = np.abs(speech) > 0.05
+    assert loud.mean() > 0.2 and not loud.all()  # speech with pauses, not a tone or silence

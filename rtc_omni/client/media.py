@@ -43,6 +43,8 @@ class ColourVideoTrack(VideoStreamTrack):
 
     async def next_timestamp(self) -> tuple[int, fractions.Fraction]:
         # VideoStreamTrack's pacing, at our frame rate instead of its fixed 30 fps.
+        if self.readyState != "live":
+            raise MediaStreamError
         clock_rate = 90_000
         if hasattr(self, "_timestamp"):
             self._timestamp += int(clock_rate / self.fps)
