@@ -2,8 +2,19 @@
 
 from .app import create_app
 from .config import Settings
-from .engines import SyntheticEngine, UnderstandEngine
+from .engines import Engines, GenerateEngine, SyntheticEngine, SyntheticVideoEngine, UnderstandEngine
+from .sessions.generate import GenerateSession
 from .sessions.understand import UnderstandSession
 
-__all__ = ["Settings", "SyntheticEngine", "UnderstandEngine", "UnderstandSession", "create_app"]
+__all__ = [
+    "Engines",
+    "GenerateEngine",
+    "GenerateSession",
+    "Settings",
+    "SyntheticEngine",
+    "SyntheticVideoEngine",
+    "UnderstandEngine",
+    "UnderstandSession",
+    "create_app",
+]
 __version__ = "0.1.0"

@@ -8,11 +8,12 @@ from pathlib import Path
 from aiohttp import web
 
 from .config import Settings
-from .engines import UnderstandEngine, create_engine
+from .engines import Engines, create_engines
+from .sessions.recordings import RecordingStore
 from .sessions.registry import SessionRegistry
 from .signaling import offer
 from .signaling.ice import set_host_addresses
-from .signaling.keys import ENGINE, REGISTRY, SETTINGS
+from .signaling.keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +23,13 @@ STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 async def healthz(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     return web.json_response(
-        {"status": "ok", "engine": settings.engine, "model": settings.model, "sessions": len(request.app[REGISTRY])}
+        {
+            "status": "ok",
+            "engine": settings.engine,
+            "model": settings.model,
+            "kinds": request.app[ENGINES].kinds,
+            "sessions": len(request.app[REGISTRY]),
+        }
     )
 
 
@@ -30,22 +37,24 @@ async def _close_sessions(app: web.Application) -> None:
     await app[REGISTRY].close_all()
 
 
-async def _close_engine(app: web.Application) -> None:
-    await app[ENGINE].close()
+async def _close_engines(app: web.Application) -> None:
+    await app[ENGINES].close()
+    app[RECORDINGS].close()
 
 
-def create_app(settings: Settings, engine: UnderstandEngine | None = None) -> web.Application:
-    """Build the server. `engine` overrides the one the settings name (tests pass their own)."""
+def create_app(settings: Settings, engines: Engines | None = None) -> web.Application:
+    """Build the server. `engines` overrides the ones the settings name (tests pass their own)."""
     set_host_addresses(None if settings.gather_all_interfaces else settings.ice_address)
     app = web.Application(client_max_size=offer.MAX_OFFER_BYTES)
     app[SETTINGS] = settings
-    app[ENGINE] = engine if engine is not None else create_engine(settings)
+    app[ENGINES] = engines if engines is not None else create_engines(settings)
     app[REGISTRY] = SessionRegistry(settings.max_sessions)
+    app[RECORDINGS] = RecordingStore(settings.recording_dir, settings.max_recordings)
     app.router.add_get("/healthz", healthz)
     offer.add_routes(app)
     if (STATIC_DIR / "index.html").is_file():
         app.router.add_get("/", lambda _request: web.FileResponse(STATIC_DIR / "index.html"))
         app.router.add_static("/static/", STATIC_DIR)
     app.on_shutdown.append(_close_sessions)
-    app.on_cleanup.append(_close_engine)
+    app.on_cleanup.append(_close_engines)
     return app

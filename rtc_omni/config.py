@@ -73,6 +73,20 @@ class Settings(BaseModel):
         "'auto' uses espeak-ng when installed."
     )
 
+    synthetic_chunk_frames: int = Field(
+        33, ge=1, description="Synthetic video engine: frames per chunk (Helios yields ~33)."
+    )
+    synthetic_first_chunk_latency: float = Field(
+        1.0, ge=0, description="Synthetic video engine: seconds before the first chunk."
+    )
+    synthetic_chunk_latency: float = Field(
+        0.5, ge=0, description="Synthetic video engine: seconds to produce each later chunk."
+    )
+    recording_dir: str | None = Field(
+        None, description="Where `record: true` generations are written (default: a temporary folder)."
+    )
+    max_recordings: int = Field(16, ge=1, description="Recordings kept for download; the oldest are deleted.")
+
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
 
     @field_validator("ice_address")

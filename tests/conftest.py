@@ -13,8 +13,8 @@ from rtc_omni.app import create_app
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
 from rtc_omni.client.peer import UnderstandClient
 from rtc_omni.config import Settings
-from rtc_omni.engines import SyntheticEngine
-from rtc_omni.signaling.keys import ENGINE, REGISTRY
+from rtc_omni.engines import Engines, SyntheticEngine, SyntheticVideoEngine, create_engines
+from rtc_omni.signaling.keys import ENGINES, REGISTRY
 
 FAST_SETTINGS = dict(
     host="127.0.0.1",
@@ -41,7 +41,11 @@ class RunningServer:
 
     @property
     def engine(self) -> SyntheticEngine:
-        return self.app[ENGINE]  # type: ignore[return-value]
+        return self.app[ENGINES].understand  # type: ignore[return-value]
+
+    @property
+    def video_engine(self) -> SyntheticVideoEngine:
+        return self.app[ENGINES].generate  # type: ignore[return-value]
 
 
 ServerFactory = Callable[..., Awaitable[RunningServer]]
@@ -51,9 +55,12 @@ ServerFactory = Callable[..., Awaitable[RunningServer]]
 async def make_server() -> AsyncIterator[ServerFactory]:
     servers: list[TestServer] = []
 
-    async def factory(engine: Any = None, **overrides: Any) -> RunningServer:
+    async def factory(engine: Any = None, video_engine: Any = None, **overrides: Any) -> RunningServer:
+        """A server with FAST_SETTINGS plus overrides; `engine` / `video_engine` replace the synthetic ones."""
         settings = Settings(**{**FAST_SETTINGS, **overrides})
-        server = TestServer(create_app(settings, engine=engine), host="127.0.0.1", port=0)
+        engines = create_engines(settings)
+        engines = Engines(understand=engine or engines.understand, generate=video_engine or engines.generate)
+        server = TestServer(create_app(settings, engines=engines), host="127.0.0.1", port=0)
         await server.start_server()
         servers.append(server)
         return RunningServer(server)

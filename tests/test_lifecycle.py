@@ -42,7 +42,7 @@ def assert_freed(server: RunningServer, peer) -> None:
     assert client_id_gone(server, peer.session_id)
     assert peer.session.state == "closed" and peer.closed.is_set()
     assert peer.pc.connectionState == "closed"
-    assert peer.talker.readyState == "ended"
+    assert peer.outgoing.readyState == "ended"
     stats = peer.session.stats()
     assert stats["frames_buffered"] == 0 and stats["audio_ms_buffered"] == 0 and not stats["turn_active"]
     assert server_tasks() == []

@@ -153,7 +153,7 @@ async def test_still_scene_query_sees_the_newest_frame(server: RunningServer, ma
     assert int(consumed["frame_ids"][-1].split("-")[1]) >= int(newest_filtered["frame_id"].split("-")[1])
 
 
-@pytest.mark.parametrize("kind", ["generate", "nonsense"])
+@pytest.mark.parametrize("kind", ["talk", "nonsense"])
 async def test_unknown_session_kind_is_refused(server: RunningServer, make_client: ClientFactory, kind: str) -> None:
     from rtc_omni.client.peer import SignalingError, UnderstandClient
 

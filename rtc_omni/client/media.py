@@ -1,4 +1,4 @@
-"""Media a headless peer can send and record: synthetic camera and microphone, talker recorder."""
+"""Media a headless peer sends and receives: synthetic camera and mic, talker recorder, video receiver."""
 
 from __future__ import annotations
 
@@ -8,11 +8,15 @@ import time
 import wave
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
 import av
 import numpy as np
 from aiortc.contrib.media import MediaPlayer
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack, VideoStreamTrack
+
+from ..media import blockcode
+from ..media.recorder import Mp4Recorder
 
 AUDIO_RATE = 48_000
 AUDIO_FRAME_SAMPLES = 960
@@ -186,3 +190,45 @@ def open_audio_source(spec: str) -> MediaStreamTrack | None:
     if player.audio is None:
         raise ValueError(f"{spec} has no audio stream")
     return player.audio
+
+
+@dataclass(frozen=True)
+class ReceivedVideoFrame:
+    at: float  # monotonic seconds when it was decoded
+    index: int  # the block-coded frame index (synthetic engines)
+    mean_rgb: tuple[int, int, int]  # below the code band
+    width: int
+    height: int
+
+
+class VideoReceiver:
+    """Drains a received video track: arrival time, block code and colour of each frame, and
+    optionally an MP4 of what arrived."""
+
+    def __init__(self, track: MediaStreamTrack, out_path: str | None = None, fps: float = 24.0,
+                 keep_frames: int = 100_000) -> None:
+        self.track = track
+        self.frames: deque[ReceivedVideoFrame] = deque(maxlen=keep_frames)
+        self.writer = Mp4Recorder(Path(out_path), fps) if out_path else None
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                frame = await self.track.recv()
+            except MediaStreamError:
+                return
+            at = time.monotonic()
+            rgb = frame.to_ndarray(format="rgb24")
+            body = rgb[rgb.shape[0] // 5 :]
+            mean = body.reshape(-1, 3).mean(axis=0)
+            self.frames.append(ReceivedVideoFrame(at, blockcode.read(rgb), (int(mean[0]), int(mean[1]), int(mean[2])),
+                                                  rgb.shape[1], rgb.shape[0]))
+            if self.writer is not None:
+                await self.writer.write(rgb)
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        if self.writer is not None:
+            await self.writer.finish()

@@ -1,4 +1,4 @@
-"""A headless aiortc peer for understanding sessions: the engine of `rtc-omni client`, tests and benchmarks."""
+"""Headless aiortc peers for both session kinds: the engine of `rtc-omni client`, tests and benchmarks."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from aiortc import RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCPeerConnection, RTCRtpReceiver, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
 from ..signaling.ice import ice_servers, rtc_configuration, set_host_addresses
-from .media import AudioRecorder
+from .media import AudioRecorder, VideoReceiver
 
 EventFilter = Callable[[dict[str, Any]], bool]
 
@@ -45,21 +45,16 @@ class TurnResult:
         return None if self.first_text_at is None else self.first_text_at - self.sent_at
 
 
-class UnderstandClient:
-    """Connects to `POST /v1/rtc/offer`, streams camera and mic, talks on the `control` channel."""
+class ControlClient:
+    """A peer with the `control` DataChannel: offers, connects, sends messages, collects events.
 
-    def __init__(
-        self,
-        server: str,
-        video: MediaStreamTrack | None = None,
-        audio: MediaStreamTrack | None = None,
-        receive_audio: bool = True,
-        ice_addresses: list[str] | None = None,
-        token: str | None = None,
-    ) -> None:
+    Subclasses add their media in `_add_transceivers` and consume received tracks in `_on_track`.
+    """
+
+    kind = "understand"
+
+    def __init__(self, server: str, ice_addresses: list[str] | None = None, token: str | None = None) -> None:
         self.server = server.rstrip("/")
-        self.video, self.audio = video, audio
-        self.receive_audio = receive_audio
         self.token = token
         set_host_addresses(ice_addresses if ice_addresses is not None else ["127.0.0.1"])
         self.pc = RTCPeerConnection(rtc_configuration(ice_servers([])))
@@ -67,10 +62,8 @@ class UnderstandClient:
         self.events: list[dict[str, Any]] = []
         self.event_times: list[float] = []
         self._new_event = asyncio.Event()
-        self.recorder: AudioRecorder | None = None
         self.session_id: str | None = None
         self.connect_seconds: float | None = None
-        self.modalities: list[str] = ["text", "audio"]
 
         @self.channel.on("message")
         def on_message(message: str | bytes) -> None:
@@ -79,25 +72,23 @@ class UnderstandClient:
                 self.event_times.append(time.monotonic())
                 self._new_event.set()
 
-        @self.pc.on("track")
-        def on_track(track: MediaStreamTrack) -> None:
-            if track.kind == "audio":
-                self.recorder = AudioRecorder(track)
+        self.pc.on("track", self._on_track)
+
+    def _add_transceivers(self) -> None:
+        """Add the media m-lines this kind of client offers."""
+
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        """Consume a track the server sends."""
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
-    async def connect(self, kind: str = "understand", timeout: float = 10.0) -> None:
+    async def connect(self, kind: str | None = None, timeout: float = 10.0) -> None:
         """Offer, apply the answer, and wait until connected with the DataChannel open."""
-        if self.video is not None:
-            self.pc.addTransceiver(self.video, direction="sendonly")
-        if self.audio is not None:
-            self.pc.addTransceiver(self.audio, direction="sendrecv" if self.receive_audio else "sendonly")
-        elif self.receive_audio:
-            self.pc.addTransceiver("audio", direction="recvonly")
+        self._add_transceivers()
         started = time.monotonic()
         await self.pc.setLocalDescription(await self.pc.createOffer())
-        offer = {"sdp": self.pc.localDescription.sdp, "type": "offer", "kind": kind}
+        offer = {"sdp": self.pc.localDescription.sdp, "type": "offer", "kind": kind or self.kind}
         async with aiohttp.ClientSession() as http:
             async with http.post(f"{self.server}/v1/rtc/offer", json=offer, headers=self._headers()) as resp:
                 body = await resp.json()
@@ -129,6 +120,42 @@ class UnderstandClient:
                         return event
                 self._new_event.clear()
                 await self._new_event.wait()
+
+    async def close(self) -> None:
+        await self.pc.close()
+
+
+class UnderstandClient(ControlClient):
+    """Streams camera and mic into an understanding session and records the talker."""
+
+    kind = "understand"
+
+    def __init__(
+        self,
+        server: str,
+        video: MediaStreamTrack | None = None,
+        audio: MediaStreamTrack | None = None,
+        receive_audio: bool = True,
+        ice_addresses: list[str] | None = None,
+        token: str | None = None,
+    ) -> None:
+        super().__init__(server, ice_addresses, token)
+        self.video, self.audio = video, audio
+        self.receive_audio = receive_audio
+        self.recorder: AudioRecorder | None = None
+        self.modalities: list[str] = ["text", "audio"]
+
+    def _add_transceivers(self) -> None:
+        if self.video is not None:
+            self.pc.addTransceiver(self.video, direction="sendonly")
+        if self.audio is not None:
+            self.pc.addTransceiver(self.audio, direction="sendrecv" if self.receive_audio else "sendonly")
+        elif self.receive_audio:
+            self.pc.addTransceiver("audio", direction="recvonly")
+
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        if track.kind == "audio":
+            self.recorder = AudioRecorder(track)
 
     async def configure(self, **config: Any) -> None:
         """Send session.config and confirm it applied (a ping answered without an error)."""
@@ -178,4 +205,50 @@ class UnderstandClient:
     async def close(self) -> None:
         if self.recorder is not None:
             await self.recorder.stop()
-        await self.pc.close()
+        await super().close()
+
+
+class GenerateClient(ControlClient):
+    """Asks a generation session for a video and receives it as a live track."""
+
+    kind = "generate"
+
+    def __init__(self, server: str, video_codec: str | None = None, out_path: str | None = None,
+                 ice_addresses: list[str] | None = None, token: str | None = None) -> None:
+        super().__init__(server, ice_addresses, token)
+        self.video_codec = video_codec
+        self.out_path = out_path
+        self.receiver: VideoReceiver | None = None
+        self.fps = 24.0
+
+    def _add_transceivers(self) -> None:
+        transceiver = self.pc.addTransceiver("video", direction="recvonly")
+        if self.video_codec is not None:
+            wanted = f"video/{self.video_codec}".lower()
+            codecs = RTCRtpReceiver.getCapabilities("video").codecs
+            preferred = [c for c in codecs if c.mimeType.lower() == wanted]
+            if not preferred:
+                raise ValueError(f"unknown video codec {self.video_codec!r}")
+            transceiver.setCodecPreferences(preferred + [c for c in codecs if c.mimeType.lower() == "video/rtx"])
+
+    def _on_track(self, track: MediaStreamTrack) -> None:
+        if track.kind == "video":
+            self.receiver = VideoReceiver(track, self.out_path, self.fps)
+
+    async def start(self, timeout: float = 10.0, **request: Any) -> dict[str, Any]:
+        """Send session.start; returns video.start, or raises ValueError with the server's error."""
+        if "fps" in request:
+            self.fps = float(request["fps"])
+            if self.receiver is not None and self.receiver.writer is not None:
+                self.receiver.writer.fps = self.fps
+        mark = len(self.events)
+        self.send({"type": "session.start", **request})
+        event = await self.wait_event(where=lambda e: e["type"] in ("video.start", "error"), after=mark, timeout=timeout)
+        if event["type"] == "error":
+            raise ValueError(event["message"])
+        return event
+
+    async def close(self) -> None:
+        if self.receiver is not None:
+            await self.receiver.stop()
+        await super().close()

@@ -1,28 +1,58 @@
-"""Model engines: the synthetic CPU engine by default; GPU engines plug in behind the same interface."""
+"""Model engines: the synthetic CPU engines by default; GPU engines plug in behind the same interfaces."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ..config import Settings
 from .base import (
     TALKER_SAMPLE_RATE,
     AudioChunk,
+    GenerateEngine,
+    GenerateRequest,
     TextDelta,
     TurnFrame,
     UnderstandEngine,
     UnderstandOutput,
     UnderstandTurn,
+    VideoChunk,
 )
 from .synthetic import SyntheticEngine
+from .synthetic_video import SyntheticVideoEngine
 
 
-def create_engine(settings: Settings) -> UnderstandEngine:
-    """Build the engine named by the settings."""
+@dataclass
+class Engines:
+    """The engines a server runs: one per session kind it serves (None = kind not served)."""
+
+    understand: UnderstandEngine | None = None
+    generate: GenerateEngine | None = None
+
+    @property
+    def kinds(self) -> list[str]:
+        return [kind for kind in ("understand", "generate") if getattr(self, kind) is not None]
+
+    async def close(self) -> None:
+        for engine in (self.understand, self.generate):
+            if engine is not None:
+                await engine.close()
+
+
+def create_engines(settings: Settings) -> Engines:
+    """Build the engines named by the settings. The synthetic engine serves both kinds."""
     if settings.engine == "synthetic":
-        return SyntheticEngine(
-            ttft=settings.synthetic_ttft,
-            token_rate=settings.synthetic_token_rate,
-            audio_speed=settings.synthetic_audio_speed,
-            voice=settings.synthetic_voice,
+        return Engines(
+            understand=SyntheticEngine(
+                ttft=settings.synthetic_ttft,
+                token_rate=settings.synthetic_token_rate,
+                audio_speed=settings.synthetic_audio_speed,
+                voice=settings.synthetic_voice,
+            ),
+            generate=SyntheticVideoEngine(
+                chunk_frames=settings.synthetic_chunk_frames,
+                first_chunk_latency=settings.synthetic_first_chunk_latency,
+                chunk_latency=settings.synthetic_chunk_latency,
+            ),
         )
     raise ValueError(f"unknown engine: {settings.engine}")
 
@@ -30,11 +60,16 @@ def create_engine(settings: Settings) -> UnderstandEngine:
 __all__ = [
     "TALKER_SAMPLE_RATE",
     "AudioChunk",
+    "Engines",
+    "GenerateEngine",
+    "GenerateRequest",
     "SyntheticEngine",
+    "SyntheticVideoEngine",
+    "VideoChunk",
     "TextDelta",
     "TurnFrame",
     "UnderstandEngine",
     "UnderstandOutput",
     "UnderstandTurn",
-    "create_engine",
+    "create_engines",
 ]

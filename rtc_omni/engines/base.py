@@ -65,3 +65,46 @@ class UnderstandEngine(Protocol):
     async def close(self) -> None:
         """Release engine resources at server shutdown."""
         ...
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """One video generation, with vLLM-Omni's parameters already resolved."""
+
+    request_id: str
+    prompt: str
+    width: int
+    height: int
+    num_frames: int
+    fps: int
+    negative_prompt: str | None = None
+    seed: int | None = None
+    num_inference_steps: int | None = None
+    guidance_scale: float | None = None
+    extra_params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class VideoChunk:
+    """One engine output: frames in any form media/frames.py normalises, and its chunk index."""
+
+    frames: Any
+    chunk_index: int
+
+
+class GenerateEngine(Protocol):
+    """An engine that streams generated video chunk by chunk."""
+
+    name: str
+
+    def generate(self, request: GenerateRequest) -> AsyncIterator[VideoChunk]:
+        """Yield chunks in order until the requested frames are produced."""
+        ...
+
+    async def interact(self, request_id: str, prompt: str, transition_chunks: int = 0) -> int:
+        """Change the prompt of a running generation; returns the first chunk index it applies to."""
+        ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+    async def close(self) -> None: ...

@@ -97,6 +97,15 @@ async def ingest_audio(track: MediaStreamTrack, sink: MediaSink) -> None:
             sink.add_track_audio(pcm)
 
 
+async def discard(track: MediaStreamTrack) -> None:
+    """Drain a track nobody consumes, so aiortc's unbounded queue stays empty."""
+    while True:
+        try:
+            await track.recv()
+        except MediaStreamError:
+            return
+
+
 def start_ingest(
     track: MediaStreamTrack, sink: MediaSink, spawn: Callable[[Awaitable[None]], asyncio.Task[None]]
 ) -> asyncio.Task[None] | None:

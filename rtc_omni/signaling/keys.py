@@ -5,9 +5,11 @@ from __future__ import annotations
 from aiohttp import web
 
 from ..config import Settings
-from ..engines.base import UnderstandEngine
+from ..engines import Engines
+from ..sessions.recordings import RecordingStore
 from ..sessions.registry import SessionRegistry
 
 SETTINGS = web.AppKey("settings", Settings)
-ENGINE = web.AppKey("engine", UnderstandEngine)
+ENGINES = web.AppKey("engines", Engines)
 REGISTRY = web.AppKey("registry", SessionRegistry)
+RECORDINGS = web.AppKey("recordings", RecordingStore)

@@ -14,8 +14,8 @@ from aiortc.sdp import SessionDescription
 from pydantic import BaseModel, ValidationError
 
 from ..sessions.registry import SessionLimitReached, new_session_id
-from .keys import ENGINE, REGISTRY, SETTINGS
-from .peer import PeerSession
+from .keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
+from .peer import OfferRejected, PeerSession
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +58,10 @@ async def post_offer(request: web.Request) -> web.Response:
         offer = OfferRequest.model_validate(body)
     except ValidationError as exc:
         return json_error(400, f"invalid offer: {exc.errors(include_url=False)}")
-    if offer.kind != "understand":
-        return json_error(400, f"unknown session kind {offer.kind!r}; this server offers 'understand'")
+    engines = request.app[ENGINES]
+    if offer.kind not in engines.kinds:
+        served = " and ".join(repr(k) for k in engines.kinds)
+        return json_error(400, f"unknown session kind {offer.kind!r}; this server offers {served}")
     problem = _parse_sdp(offer.sdp)
     if problem is not None:
         return json_error(400, problem)
@@ -73,11 +75,12 @@ async def post_offer(request: web.Request) -> web.Response:
     async def forget(_peer: PeerSession) -> None:
         registry.remove(session_id)
 
-    peer = PeerSession(session_id, settings, request.app[ENGINE], on_closed=forget)
+    peer = PeerSession(session_id, offer.kind, settings, engines, on_closed=forget,
+                       recordings=request.app[RECORDINGS])
     registry.add(peer)
     try:
         answer = await peer.accept(RTCSessionDescription(sdp=offer.sdp, type="offer"))
-    except Exception as exc:
+    except (OfferRejected, ValueError, RuntimeError) as exc:
         logger.info("offer rejected: %s", exc)
         await peer.close()
         return json_error(400, f"cannot answer this offer: {exc}")
@@ -99,7 +102,20 @@ async def delete_session(request: web.Request) -> web.Response:
     return web.json_response({"session_id": session.session_id, "closed": True})
 
 
+async def get_recording(request: web.Request) -> web.StreamResponse:
+    session_id = request.match_info["session_id"]
+    live = request.app[REGISTRY].get(session_id)
+    recorder = getattr(getattr(live, "session", None), "recorder", None)
+    if recorder is not None and not recorder.finished:
+        return json_error(409, "the recording is not finished yet; fetch it after session.done")
+    path = request.app[RECORDINGS].get(session_id)
+    if path is None:
+        return json_error(404, "no recording for this session (send record: true in session.start)")
+    return web.FileResponse(path, headers={"Content-Type": "video/mp4"})
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/rtc/offer", post_offer)
     app.router.add_get("/v1/rtc/sessions/{session_id}", get_session)
     app.router.add_delete("/v1/rtc/sessions/{session_id}", delete_session)
+    app.router.add_get("/v1/rtc/sessions/{session_id}/recording", get_recording)

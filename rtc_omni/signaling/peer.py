@@ -1,8 +1,9 @@
-"""The WebRTC transport of a session: one RTCPeerConnection bound to one session.
+"""The WebRTC transport of a session: one RTCPeerConnection bound to one session of either kind.
 
 It turns the `control` DataChannel into `receive_text` calls and events back into JSON text,
-drains incoming tracks into the session (media/ingest.py), attaches the talker track to the
-answer, and closes everything when the peer goes away or never connects.
+drains incoming tracks (into the session when it takes media, media/ingest.py), attaches the
+session's outgoing track (talker audio or generated video) to the answer, and closes everything
+when the peer goes away or never connects.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from aiortc import RTCDataChannel, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
 from ..config import Settings
-from ..engines.base import UnderstandEngine
-from ..media.ingest import start_ingest
+from ..engines import Engines
+from ..media.ingest import discard, start_ingest
 from ..media.talker import TalkerAudioTrack
+from ..media.video_out import GeneratedVideoTrack
+from ..sessions.generate import GenerateSession
+from ..sessions.recordings import RecordingStore
 from ..sessions.understand import UnderstandSession
 from .ice import ice_servers, rtc_configuration
 
@@ -28,34 +32,48 @@ logger = logging.getLogger(__name__)
 
 CONTROL_LABEL = "control"
 MAX_PENDING_EVENTS = 256  # events emitted before the DataChannel opens; the oldest go first
+SESSION_KINDS = ("understand", "generate")
+CHANNEL_DRAIN_S = 1.0
+
+
+class OfferRejected(Exception):
+    """The offer cannot carry this kind of session."""
 
 
 class PeerSession:
-    """An understanding session reached over one peer connection."""
-
-    kind = "understand"
+    """A session of either kind reached over one peer connection."""
 
     def __init__(
         self,
         session_id: str,
+        kind: str,
         settings: Settings,
-        engine: UnderstandEngine,
+        engines: Engines,
         on_closed: Callable[[PeerSession], Awaitable[None] | None],
+        recordings: RecordingStore | None = None,
     ) -> None:
         self.session_id = session_id
+        self.kind = kind
         self.settings = settings
         self.pc = RTCPeerConnection(
             rtc_configuration(ice_servers(settings.ice_server, settings.ice_username, settings.ice_credential))
         )
-        self.talker = TalkerAudioTrack()
-        self.session = UnderstandSession(
-            session_id=session_id,
-            settings=settings,
-            engine=engine,
-            send=self._send,
-            talker=self.talker,
-            on_closed=lambda _session: self._close_soon(),
-        )
+        self.session: UnderstandSession | GenerateSession
+        self.outgoing: MediaStreamTrack
+        if kind == "understand":
+            assert engines.understand is not None
+            self.outgoing = TalkerAudioTrack()
+            self.session = UnderstandSession(
+                session_id=session_id, settings=settings, engine=engines.understand, send=self._send,
+                talker=self.outgoing, on_closed=lambda _session: self._close_soon(),
+            )
+        else:
+            assert engines.generate is not None
+            self.outgoing = GeneratedVideoTrack()
+            self.session = GenerateSession(
+                session_id=session_id, settings=settings, engine=engines.generate, send=self._send,
+                video=self.outgoing, reserve_recording=recordings.reserve if recordings else None, on_closed=lambda _session: self._close_soon(),
+            )
         self._on_closed = on_closed
         self._channel: RTCDataChannel | None = None
         self._pending: deque[str] = deque(maxlen=MAX_PENDING_EVENTS)
@@ -71,10 +89,12 @@ class PeerSession:
         self.pc.on("track", self._on_track)
         self.pc.on("connectionstatechange", self._on_connection_state)
         await self.pc.setRemoteDescription(offer)
-        if any(t.kind == "audio" for t in self.pc.getTransceivers()):
-            self.pc.addTrack(self.talker)
+        if any(t.kind == self.outgoing.kind for t in self.pc.getTransceivers()):
+            self.pc.addTrack(self.outgoing)
+        elif isinstance(self.session, UnderstandSession):
+            self.session.talker = None  # no audio m-line: speech only as audio events, if asked for
         else:
-            self.session.talker = None
+            raise OfferRejected("a generate session needs a video m-line to receive the generated video")
         answer = await self.pc.createAnswer()
         await self.pc.setLocalDescription(answer)
         if not _has_candidates(self.pc.localDescription.sdp):
@@ -110,7 +130,10 @@ class PeerSession:
         self._flush_pending()
 
     def _on_track(self, track: MediaStreamTrack) -> None:
-        start_ingest(track, self.session, self._spawn)
+        if isinstance(self.session, UnderstandSession):
+            start_ingest(track, self.session, self._spawn)
+        else:
+            self._spawn(discard(track))  # a generation takes no media, but aiortc's queue must drain
 
     async def _on_connection_state(self) -> None:
         state = self.pc.connectionState
@@ -150,16 +173,26 @@ class PeerSession:
         self.closed.set()
         self._flush_pending()
         await self.session.close()
+        await self._drain_channel()
         current = asyncio.current_task()
         tasks = [t for t in self._tasks if t is not current]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self.talker.stop()
+        self.outgoing.stop()
         await self.pc.close()
         result = self._on_closed(self)
         if asyncio.iscoroutine(result):
             await result
+
+    async def _drain_channel(self) -> None:
+        """Give the last events (an error, session.done) a moment to leave before the close."""
+        channel = self._channel
+        deadline = asyncio.get_running_loop().time() + CHANNEL_DRAIN_S
+        while channel is not None and channel.readyState == "open" and channel.bufferedAmount > 0:
+            if asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.01)
 
     async def stats(self) -> dict[str, Any]:
         stats = {"session_id": self.session_id, **self.session.stats(), "connection_state": self.pc.connectionState}
@@ -171,13 +204,12 @@ class PeerSession:
                     bytes_out += report.bytesSent
                 elif report.type == "inbound-rtp":
                     packets_in += report.packetsReceived
-        stats.update(
-            bytes_received=bytes_in,
-            bytes_sent=bytes_out,
-            rtp_packets_received=packets_in,
-            talker_buffered_ms=round(self.talker.buffered_ms, 1),
-            talker_frames_sent=self.talker.frames_sent,
-        )
+        stats.update(bytes_received=bytes_in, bytes_sent=bytes_out, rtp_packets_received=packets_in)
+        if isinstance(self.outgoing, TalkerAudioTrack):
+            stats.update(talker_buffered_ms=round(self.outgoing.buffered_ms, 1),
+                         talker_frames_sent=self.outgoing.frames_sent)
+        else:
+            stats.update(video_backlog_frames=self.outgoing.backlog, video_rebases=self.outgoing.rebases)
         return stats
 
 

@@ -1,0 +1,197 @@
+"""Messages of a generation session: vLLM-Omni's `/v1/realtime/video` protocol over the DataChannel.
+
+`VideoGenerationRequest` mirrors vLLM-Omni's request model and its resolution rules; the server
+events add what a live RTP track needs (`video.chunk_metadata` per engine chunk, frame counts).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .understand import ServerEvent
+
+DEFAULT_FPS = 24
+MAX_START_MESSAGE_BYTES = 4 * 1024 * 1024
+MAX_CONTROL_MESSAGE_BYTES = 128 * 1024
+
+# Reference error strings (protocol section 4.4).
+TIMEOUT_WAITING_FOR_START = "Timeout waiting for session.start"
+START_TOO_LARGE = "session.start message too large"
+INVALID_JSON_IN_START = "Invalid JSON in session.start"
+START_NOT_AN_OBJECT = "session.start must be a JSON object"
+INVALID_FORMAT = "Invalid session.start format: expected 'm4s'."
+CONTROL_TOO_LARGE = "control message too large"
+INVALID_JSON_MESSAGE = "Invalid JSON message"
+CONTROL_NOT_AN_OBJECT = "WebSocket messages must be JSON objects"
+STALL_TIMEOUT = "Stall timeout: no generation progress"
+# Ours, in the same style.
+PROMPT_UPDATE_REPLACED = "session.prompt_update is not supported; send session.interaction instead"
+START_ALREADY_RECEIVED = "session.start was already received; one session generates one video"
+EVENT_ID_CONFLICT = "event_id_conflict"
+INTERACTION_FAILED = "interaction_failed"
+INVALID_INTERACTION = "invalid_interaction"
+FRAME_SIZE_CHANGED = "frame_size_changed"
+
+
+def expected_start_error(got: Any) -> str:
+    return f"Expected session.start, got: {got}"
+
+
+def invalid_start_error(details: str) -> str:
+    return f"Invalid session.start: {details}"
+
+
+def model_mismatch_error(requested: str, served: str) -> str:
+    return f"Model mismatch: request specifies '{requested}' but server is running '{served}'."
+
+
+def unknown_message_type_error(msg_type: Any) -> str:
+    return f"Unknown message type: {msg_type}"
+
+
+_SIZE = re.compile(r"^(\d+)x(\d+)$")
+
+
+class VideoParams(BaseModel):
+    width: int | None = Field(None, ge=1)
+    height: int | None = Field(None, ge=1)
+    num_frames: int | None = Field(None, ge=1)
+    fps: int | None = Field(None, ge=1)
+
+
+class VideoGenerationRequest(BaseModel):
+    """`session.start`: vLLM-Omni's VideoGenerationRequest, plus `record` (our extension)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    prompt: str
+    model: str | None = None
+    negative_prompt: str | None = None
+    seconds: str | None = Field(None, pattern=r"^[1-9]\d*$")
+    size: str | None = None
+    width: int | None = Field(None, ge=1)
+    height: int | None = Field(None, ge=1)
+    fps: int | None = Field(None, ge=1)
+    num_frames: int | None = Field(None, ge=1)
+    video_params: VideoParams | None = None
+    num_inference_steps: int | None = Field(None, ge=1, le=200)
+    guidance_scale: float | None = Field(None, ge=0.0, le=20.0)
+    guidance_scale_2: float | None = Field(None, ge=0.0, le=20.0)
+    true_cfg_scale: float | None = Field(None, ge=0.0, le=20.0)
+    boundary_ratio: float | None = Field(None, ge=0.0, le=1.0)
+    flow_shift: float | None = None
+    seed: int | None = None
+    extra_params: dict[str, Any] | None = None
+    lora: dict[str, Any] | None = None
+    # Validated and echoed but unused here, as in the reference handler.
+    image_reference: Any = None
+    video_reference: Any = None
+    audio_reference: Any = None
+    quality: str | None = None
+    user: str | None = None
+    # Extension: keep an MP4 of exactly the frames sent.
+    record: bool = False
+
+    @field_validator("size")
+    @classmethod
+    def _check_size(cls, value: str | None) -> str | None:
+        if value is not None and not _SIZE.match(value):
+            raise ValueError("size must be 'WIDTHxHEIGHT', e.g. '832x480'")
+        return value
+
+    def resolve_video_params(self) -> VideoParams:
+        """The reference's rules: top level beats video_params, size beats both, fps defaults to 24,
+        num_frames falls back to seconds x fps."""
+        nested = self.video_params or VideoParams()
+        width = self.width if self.width is not None else nested.width
+        height = self.height if self.height is not None else nested.height
+        if self.size is not None:
+            match = _SIZE.match(self.size)
+            assert match is not None
+            width, height = int(match.group(1)), int(match.group(2))
+        fps = self.fps if self.fps is not None else nested.fps
+        fps = fps if fps is not None else DEFAULT_FPS
+        num_frames = self.num_frames if self.num_frames is not None else nested.num_frames
+        if num_frames is None and self.seconds is not None:
+            num_frames = int(self.seconds) * fps
+        return VideoParams(width=width, height=height, num_frames=num_frames, fps=fps)
+
+
+def coerce_start_fields(msg: dict[str, Any]) -> dict[str, Any]:
+    """Lift `sampling_params` as the reference does: request fields not given at top level move
+    up; everything else merges into `extra_params`."""
+    data = {k: v for k, v in msg.items() if k not in {"type", "format", "sampling_params"}}
+    sampling = msg.get("sampling_params")
+    if isinstance(sampling, dict):
+        extra = dict(data.get("extra_params") or {})
+        for key, value in sampling.items():
+            if key in VideoGenerationRequest.model_fields and key not in data:
+                data[key] = value
+            else:
+                extra[key] = value
+        if extra:
+            data["extra_params"] = extra
+    return data
+
+
+class InteractionEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    prompt: str
+
+
+class Interaction(BaseModel):
+    event_id: str | None = None
+    event: InteractionEvent
+    transition_chunks: int | None = Field(None, ge=0)
+
+
+class VideoStart(ServerEvent):
+    type: ClassVar[str] = "video.start"
+    request_id: str
+    config: dict[str, Any]
+
+
+class VideoChunkMetadata(ServerEvent):
+    type: ClassVar[str] = "video.chunk_metadata"
+    request_id: str
+    kind: str = "media"
+    num_frames: int
+    generation_chunk_index: int
+    first_frame_index: int
+    last_frame_index: int
+    started_event_ids: list[str]
+    active_event_ids: list[str]
+    completed_event_ids: list[str]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": self.type, **self.model_dump(mode="json")}
+
+
+class GenerationDone(ServerEvent):
+    type: ClassVar[str] = "session.done"
+    request_id: str
+    chunks: int
+    frames: int
+    stopped: bool
+
+
+class SessionPong(ServerEvent):
+    type: ClassVar[str] = "session.pong"
+
+
+class InteractionQueued(ServerEvent):
+    type: ClassVar[str] = "session.interaction.queued"
+    request_id: str
+    event_id: str
+    apply_from_chunk: int
+
+
+class GenerateError(ServerEvent):
+    type: ClassVar[str] = "error"
+    message: str
+    code: str | None = None
+    request_id: str | None = None
+    event_id: str | None = None
