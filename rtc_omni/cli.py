@@ -65,6 +65,45 @@ async def _run_client(args: argparse.Namespace) -> int:
         await client.close()
 
 
+async def _run_generate(args: argparse.Namespace) -> int:
+    from .client.peer import GenerateClient
+
+    client = GenerateClient(args.server, video_codec=args.codec, out_path=args.out,
+                            ice_addresses=args.ice_address or None, token=args.token)
+    request: dict[str, object] = {"prompt": args.prompt, "fps": args.fps}
+    for name in ("size", "num_frames", "seed", "num_inference_steps", "negative_prompt"):
+        if getattr(args, name) is not None:
+            request[name] = getattr(args, name)
+    if args.record:
+        request["record"] = True
+    try:
+        await client.connect()
+        print(f"connected in {client.connect_seconds:.3f} s, session {client.session_id}")
+        started = await client.start(**request)
+        sent_at = client.event_times[client.events.index(started)]
+        print(f"generating {started['request_id']}: {json.dumps(started['config'])}")
+        done = await client.wait_event("session.done", timeout=args.timeout)
+        await asyncio.sleep(0.3)  # the last frames are still on the wire
+        frames = list(client.receiver.frames) if client.receiver is not None else []
+        for event in client.events:
+            if event["type"] == "error":
+                print(f"error: {event['message']}", file=sys.stderr)
+        if frames:
+            span = frames[-1].at - frames[0].at
+            fps = (len(frames) - 1) / span if span > 0 else 0.0
+            print(f"received {len(frames)} frames of {frames[0].width}x{frames[0].height} "
+                  f"(server sent {done['frames']} in {done['chunks']} chunks, stopped={done['stopped']}); "
+                  f"first frame after {frames[0].at - sent_at:.3f} s; effective {fps:.2f} fps")
+        else:
+            print("received no frames")
+        if args.out:
+            await client.close()
+            print(f"wrote what was received to {args.out}")
+        return 0 if frames else 1
+    finally:
+        await client.close()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rtc-omni", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -90,6 +129,23 @@ def build_parser() -> argparse.ArgumentParser:
     understand.add_argument("--ice-address", action="append", help="local ICE address (default 127.0.0.1)")
     understand.add_argument("--token", help="Bearer token, if the server requires one")
     understand.set_defaults(func=lambda a: asyncio.run(_run_client(a)))
+
+    generate = kinds.add_parser("generate", help="send a prompt, receive the generated video")
+    generate.add_argument("--server", default="http://127.0.0.1:8080", help="server base URL")
+    generate.add_argument("--prompt", required=True)
+    generate.add_argument("--negative-prompt")
+    generate.add_argument("--size", help="WIDTHxHEIGHT, e.g. 832x480")
+    generate.add_argument("--fps", type=int, default=16)
+    generate.add_argument("--frames", dest="num_frames", type=int, help="number of frames")
+    generate.add_argument("--seed", type=int)
+    generate.add_argument("--steps", dest="num_inference_steps", type=int)
+    generate.add_argument("--codec", choices=["vp8", "h264"], help="force the video codec")
+    generate.add_argument("--out", help="write the received frames to this MP4 file")
+    generate.add_argument("--record", action="store_true", help="ask the server to record an MP4 too")
+    generate.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the whole video")
+    generate.add_argument("--ice-address", action="append", help="local ICE address (default 127.0.0.1)")
+    generate.add_argument("--token", help="Bearer token, if the server requires one")
+    generate.set_defaults(func=lambda a: asyncio.run(_run_generate(a)))
     return parser
 
 

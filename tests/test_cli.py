@@ -82,3 +82,19 @@ def test_ctrl_c_closes_open_sessions_and_exits(served) -> None:
     finally:
         client.kill()
         client.wait()
+
+
+def test_generate_command_receives_and_writes_the_video(served, tmp_path: Path) -> None:
+    import av
+
+    url, _ = served
+    out = tmp_path / "received.mp4"
+    done = subprocess.run(
+        [sys.executable, "-m", "rtc_omni", "client", "generate", "--server", url, "--prompt", "a red kite",
+         "--size", "320x240", "--fps", "16", "--frames", "40", "--out", str(out)],
+        capture_output=True, text=True, timeout=90,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "received 40 frames of 320x240" in done.stdout and "first frame after" in done.stdout
+    with av.open(str(out)) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 40

@@ -93,8 +93,7 @@ class GenerateSession:
     def __post_init__(self) -> None:
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(MAX_MESSAGE_QUEUE)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._progress_at = time.monotonic()
-        self._last_message_at = time.monotonic()
+        self._created_at = self._progress_at = self._last_message_at = time.monotonic()
         self._stopped = False
         self._engine_finished = False
         self._interactions: dict[str, _Interaction] = {}
@@ -164,7 +163,7 @@ class GenerateSession:
         while True:
             await asyncio.sleep(min(0.25, self.settings.engine_stall_timeout / 4))
             now = time.monotonic()
-            if self.state == "waiting_start" and now - self._last_message_at > self.settings.config_timeout:
+            if self.state == "waiting_start" and now - self._created_at > self.settings.config_timeout:
                 self._error(proto.TIMEOUT_WAITING_FOR_START)
                 self._close_soon()
                 return
