@@ -20,8 +20,10 @@ def percentile(values: list[float], q: float) -> float:
 def summary(values: list[float], unit: str = "ms", scale: float = 1000.0) -> str:
     if not values:
         return "no samples"
-    return (f"p50 {percentile(values, 50) * scale:.1f} {unit}, p95 {percentile(values, 95) * scale:.1f} {unit}, "
-            f"n={len(values)}")
+    return (
+        f"p50 {percentile(values, 50) * scale:.1f} {unit}, p95 {percentile(values, 95) * scale:.1f} {unit}, "
+        f"n={len(values)}"
+    )
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -36,9 +38,21 @@ def start_server(extra_args: list[str] | None = None) -> tuple[subprocess.Popen,
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     process = subprocess.Popen(
-        [sys.executable, "-m", "rtc_omni", "serve", "--port", str(port), "--synthetic-voice", "tone",
-         "--log-level", "warning", *(extra_args or [])],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "rtc_omni",
+            "serve",
+            "--port",
+            str(port),
+            "--synthetic-voice",
+            "tone",
+            "--log-level",
+            "warning",
+            *(extra_args or []),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20

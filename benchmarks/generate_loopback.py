@@ -19,16 +19,17 @@ import json
 import os
 import sys
 
-from rtc_omni.client.peer import GenerateClient
-
 from _common import percentile, process_cpu_seconds, start_server, summary
+
+from rtc_omni.client.peer import GenerateClient
 
 WIDTH, HEIGHT, FPS = 832, 480, 16
 
 
 async def bench_throughput(codec: str, seconds: float) -> dict[str, float]:
-    process, url = start_server(["--synthetic-chunk-frames", "33", "--synthetic-first-chunk-latency", "1.0",
-                                 "--synthetic-chunk-latency", "0.5"])
+    process, url = start_server(
+        ["--synthetic-chunk-frames", "33", "--synthetic-first-chunk-latency", "1.0", "--synthetic-chunk-latency", "0.5"]
+    )
     try:
         client = GenerateClient(url, video_codec=codec)
         await client.connect()
@@ -56,8 +57,9 @@ async def bench_throughput(codec: str, seconds: float) -> dict[str, float]:
 
 
 async def bench_latency(codec: str, chunks: int) -> list[float]:
-    process, url = start_server(["--synthetic-chunk-frames", "8", "--synthetic-first-chunk-latency", "0.5",
-                                 "--synthetic-chunk-latency", "0.8"])
+    process, url = start_server(
+        ["--synthetic-chunk-frames", "8", "--synthetic-first-chunk-latency", "0.5", "--synthetic-chunk-latency", "0.8"]
+    )
     try:
         client = GenerateClient(url, video_codec=codec)
         await client.connect()
@@ -88,11 +90,13 @@ async def main() -> None:
         throughput = await bench_throughput(codec, args.seconds)
         latency = await bench_latency(codec, args.chunks)
         results[codec] = {**throughput, "yield_to_decoded_s": latency}
-        print(f"{codec:>5}: {throughput['frames_received']}/{throughput['frames_sent']} frames "
-              f"({throughput['missing']} missing), sustained {throughput['fps']:.2f} fps, "
-              f"server {throughput['cpu_per_generated_second']:.3f} CPU-s per generated s, "
-              f"pacing jitter p95 {throughput['jitter_p95_ms']:.1f} ms; "
-              f"engine yield -> decoded {summary(latency)}")
+        print(
+            f"{codec:>5}: {throughput['frames_received']}/{throughput['frames_sent']} frames "
+            f"({throughput['missing']} missing), sustained {throughput['fps']:.2f} fps, "
+            f"server {throughput['cpu_per_generated_second']:.3f} CPU-s per generated s, "
+            f"pacing jitter p95 {throughput['jitter_p95_ms']:.1f} ms; "
+            f"engine yield -> decoded {summary(latency)}"
+        )
     if args.json:
         with open(args.json, "w") as out:
             json.dump(results, out, indent=1)

@@ -19,10 +19,11 @@ import os
 import sys
 import time
 
+from _common import process_cpu_seconds, start_server, summary
+
 from rtc_omni.client.media import AudioRecorder, ColourVideoTrack, ToneAudioTrack
 from rtc_omni.client.peer import UnderstandClient
 
-from _common import process_cpu_seconds, start_server, summary
 
 async def bench_connect(url: str, count: int) -> list[float]:
     times = []
@@ -88,8 +89,9 @@ async def bench_interrupt(url: str, count: int) -> list[float]:
 
 
 async def bench_cpu(url: str, pid: int, seconds: float) -> float:
-    client = UnderstandClient(url, video=ColourVideoTrack((40, 90, 200), 640, 480, 30, moving=True),
-                              audio=ToneAudioTrack())
+    client = UnderstandClient(
+        url, video=ColourVideoTrack((40, 90, 200), 640, 480, 30, moving=True), audio=ToneAudioTrack()
+    )
     await client.connect()
     await client.configure()
     await asyncio.sleep(2.0)  # steady state
@@ -130,12 +132,23 @@ async def main() -> None:
     print(f"offer -> connected:              {summary(connect)}")
     print(f"RTP frame -> video.frame.ack:    {summary(acks)}  (640x480@30 VP8, sampled at 10 fps)")
     print(f"interrupt -> silence at peer:    {summary(interrupts)}")
-    print(f"server CPU, one session:         {cpu:.3f} CPU-s/s  (640x480@30 VP8 + Opus in, talker Opus out, "
-          f"a turn every 5 s; idle server {idle_cpu:.3f})")
+    print(
+        f"server CPU, one session:         {cpu:.3f} CPU-s/s  (640x480@30 VP8 + Opus in, talker Opus out, "
+        f"a turn every 5 s; idle server {idle_cpu:.3f})"
+    )
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"connect_s": connect, "ack_latency_s": acks, "interrupt_to_silence_s": interrupts,
-                       "server_cpu_s_per_s": cpu, "idle_cpu_s_per_s": idle_cpu}, out, indent=1)
+            json.dump(
+                {
+                    "connect_s": connect,
+                    "ack_latency_s": acks,
+                    "interrupt_to_silence_s": interrupts,
+                    "server_cpu_s_per_s": cpu,
+                    "idle_cpu_s_per_s": idle_cpu,
+                },
+                out,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

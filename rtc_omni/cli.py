@@ -20,8 +20,11 @@ def _serve(args: argparse.Namespace) -> int:
     settings = load_settings(args)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings)
-    print(f"rtc-omni: engine={settings.engine} ice={','.join(settings.ice_address)} "
-          f"on http://{settings.host}:{settings.port}", flush=True)
+    print(
+        f"rtc-omni: engine={settings.engine} ice={','.join(settings.ice_address)} "
+        f"on http://{settings.host}:{settings.port}",
+        flush=True,
+    )
     web.run_app(app, host=settings.host, port=settings.port, print=None, shutdown_timeout=10.0)
     return 0
 
@@ -32,8 +35,9 @@ async def _run_client(args: argparse.Namespace) -> int:
 
     video = open_video_source(args.video, fps=args.fps, size=(args.width, args.height))
     audio = open_audio_source(args.audio)
-    client = UnderstandClient(args.server, video=video, audio=audio, ice_addresses=args.ice_address or None,
-                              token=args.token)
+    client = UnderstandClient(
+        args.server, video=video, audio=audio, ice_addresses=args.ice_address or None, token=args.token
+    )
     try:
         await client.connect()
         print(f"connected in {client.connect_seconds:.3f} s, session {client.session_id}")
@@ -49,11 +53,20 @@ async def _run_client(args: argparse.Namespace) -> int:
             ttft = result.time_to_first_text
             audio_at = None
             if client.recorder is not None:
-                audio_at = next((f.at for f in client.recorder.frames
-                                 if f.at >= result.sent_at and f.rms >= client.recorder.SILENCE_RMS), None)
-            print(f"[{result.request_id}] first text {ttft:.3f} s" if ttft is not None else f"[{result.request_id}]",
-                  f"first audio {audio_at - result.sent_at:.3f} s" if audio_at else "no audio",
-                  f"total {result.done_at - result.sent_at:.3f} s" if result.done_at else "", sep=", ")
+                audio_at = next(
+                    (
+                        f.at
+                        for f in client.recorder.frames
+                        if f.at >= result.sent_at and f.rms >= client.recorder.SILENCE_RMS
+                    ),
+                    None,
+                )
+            print(
+                f"[{result.request_id}] first text {ttft:.3f} s" if ttft is not None else f"[{result.request_id}]",
+                f"first audio {audio_at - result.sent_at:.3f} s" if audio_at else "no audio",
+                f"total {result.done_at - result.sent_at:.3f} s" if result.done_at else "",
+                sep=", ",
+            )
         if args.save_audio and client.recorder is not None:
             await asyncio.sleep(0.3)
             client.recorder.save_wav(args.save_audio)
@@ -68,8 +81,9 @@ async def _run_client(args: argparse.Namespace) -> int:
 async def _run_generate(args: argparse.Namespace) -> int:
     from .client.peer import GenerateClient
 
-    client = GenerateClient(args.server, video_codec=args.codec, out_path=args.out,
-                            ice_addresses=args.ice_address or None, token=args.token)
+    client = GenerateClient(
+        args.server, video_codec=args.codec, out_path=args.out, ice_addresses=args.ice_address or None, token=args.token
+    )
     request: dict[str, object] = {"prompt": args.prompt, "fps": args.fps}
     for name in ("size", "num_frames", "seed", "num_inference_steps", "negative_prompt"):
         if getattr(args, name) is not None:
@@ -91,9 +105,11 @@ async def _run_generate(args: argparse.Namespace) -> int:
         if frames:
             span = frames[-1].at - frames[0].at
             fps = (len(frames) - 1) / span if span > 0 else 0.0
-            print(f"received {len(frames)} frames of {frames[0].width}x{frames[0].height} "
-                  f"(server sent {done['frames']} in {done['chunks']} chunks, stopped={done['stopped']}); "
-                  f"first frame after {frames[0].at - sent_at:.3f} s; effective {fps:.2f} fps")
+            print(
+                f"received {len(frames)} frames of {frames[0].width}x{frames[0].height} "
+                f"(server sent {done['frames']} in {done['chunks']} chunks, stopped={done['stopped']}); "
+                f"first frame after {frames[0].at - sent_at:.3f} s; effective {fps:.2f} fps"
+            )
         else:
             print("received no frames")
         if args.out:

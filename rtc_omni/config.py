@@ -59,18 +59,15 @@ class Settings(BaseModel):
     )
     max_sessions: int = Field(64, ge=1, description="Concurrent sessions; more get 503.")
 
-    synthetic_ttft: float = Field(
-        0.15, ge=0, description="Synthetic engine: seconds before the first text token."
-    )
-    synthetic_token_rate: float = Field(
-        40.0, gt=0, description="Synthetic engine: text tokens (words) per second."
-    )
+    synthetic_ttft: float = Field(0.15, ge=0, description="Synthetic engine: seconds before the first text token.")
+    synthetic_token_rate: float = Field(40.0, gt=0, description="Synthetic engine: text tokens (words) per second.")
     synthetic_audio_speed: float = Field(
         4.0, gt=0, description="Synthetic engine: talker audio produced this many times faster than real time."
     )
     synthetic_voice: Literal["auto", "tone", "espeak"] = Field(
-        "auto", description="Synthetic engine: 'espeak' speaks with espeak-ng, 'tone' plays tones, "
-        "'auto' uses espeak-ng when installed."
+        "auto",
+        description="Synthetic engine: 'espeak' speaks with espeak-ng, 'tone' plays tones, "
+        "'auto' uses espeak-ng when installed.",
     )
 
     synthetic_chunk_frames: int = Field(
@@ -143,9 +140,9 @@ def load_settings(args: argparse.Namespace | None = None, environ: dict[str, str
     for name, field in Settings.model_fields.items():
         raw = environ.get(ENV_PREFIX + name.upper())
         if raw is not None:
-            values[name] = [item.strip() for item in raw.split(",") if item.strip()] if _is_list(
-                field.annotation
-            ) else raw
+            values[name] = (
+                [item.strip() for item in raw.split(",") if item.strip()] if _is_list(field.annotation) else raw
+            )
         if args is not None and getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
     return Settings(**values)

@@ -82,8 +82,14 @@ ClientFactory = Callable[..., Awaitable[UnderstandClient]]
 async def make_client() -> AsyncIterator[ClientFactory]:
     clients: list[UnderstandClient] = []
 
-    async def factory(server: RunningServer, colour: str | None = "red", tone: float | None = 440.0,
-                      moving: bool = False, config: dict[str, Any] | None = None, **kwargs: Any) -> UnderstandClient:
+    async def factory(
+        server: RunningServer,
+        colour: str | None = "red",
+        tone: float | None = 440.0,
+        moving: bool = False,
+        config: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> UnderstandClient:
         video = ColourVideoTrack(COLOURS[colour], 320, 240, 30, moving=moving) if colour else None
         audio = ToneAudioTrack(tone) if tone is not None else None
         client = UnderstandClient(server.url, video=video, audio=audio, **kwargs)

@@ -40,8 +40,10 @@ async def test_malformed_messages_get_errors_and_the_session_goes_on(
         ({"type": "_internal.frame_decode_failed", "b64": "x"}, "Unknown type: _internal.frame_decode_failed"),
         ({"type": "video.frame", "data": "A" * 100_004, "frame_id": "big"}, "Frame too large"),
         ({"type": "video.frame", "data": "not base64!", "frame_id": "b64"}, "Invalid image data"),
-        ({"type": "video.frame", "data": base64.b64encode(b"\xff\xd8 not a jpeg").decode(), "frame_id": "jpg"},
-         "Invalid image data"),
+        (
+            {"type": "video.frame", "data": base64.b64encode(b"\xff\xd8 not a jpeg").decode(), "frame_id": "jpg"},
+            "Invalid image data",
+        ),
         ({"type": "video.query", "text": "anything?"}, "No frames buffered"),
         (b"\x00\x01binary", "Binary messages are not supported; send JSON text"),
     ]
@@ -78,7 +80,9 @@ async def test_audio_overflow_clears_the_buffer_and_later_audio_is_heard(
     assert "dominant frequency about 1000 Hz" in result.text
 
 
-async def test_config_must_come_first_and_bad_config_is_reported(server: RunningServer, make_client: ClientFactory) -> None:
+async def test_config_must_come_first_and_bad_config_is_reported(
+    server: RunningServer, make_client: ClientFactory
+) -> None:
     client = await make_client(server, colour="red", tone=None)
     mark = len(client.events)
     client.send({"type": "ping"})
@@ -112,4 +116,3 @@ async def test_config_timeout_applies_defaults_and_the_session_goes_on(
     await client.wait_event("video.frame.ack")
     client.modalities = ["text", "audio"]
     await assert_turn_works(client, "green")
-

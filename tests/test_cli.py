@@ -25,9 +25,21 @@ def free_port() -> int:
 def served():
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "rtc_omni", "serve", "--port", str(port), "--synthetic-voice", "tone",
-         "--synthetic-token-rate", "200"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "rtc_omni",
+            "serve",
+            "--port",
+            str(port),
+            "--synthetic-voice",
+            "tone",
+            "--synthetic-token-rate",
+            "200",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
@@ -50,10 +62,32 @@ def test_client_command_prints_the_answer_and_saves_the_talker(served, tmp_path:
     url, _ = served
     wav_path = tmp_path / "talker.wav"
     done = subprocess.run(
-        [sys.executable, "-m", "rtc_omni", "client", "understand", "--server", url, "--video", "colour:blue",
-         "--audio", "tone:660", "--width", "320", "--height", "240", "--query", "What colour?",
-         "--save-audio", str(wav_path), "--warmup", "1"],
-        capture_output=True, text=True, timeout=90,
+        [
+            sys.executable,
+            "-m",
+            "rtc_omni",
+            "client",
+            "understand",
+            "--server",
+            url,
+            "--video",
+            "colour:blue",
+            "--audio",
+            "tone:660",
+            "--width",
+            "320",
+            "--height",
+            "240",
+            "--query",
+            "What colour?",
+            "--save-audio",
+            str(wav_path),
+            "--warmup",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
     )
     assert done.returncode == 0, done.stderr
     assert "mostly blue" in done.stdout and "about 660 Hz" in done.stdout
@@ -65,9 +99,28 @@ def test_client_command_prints_the_answer_and_saves_the_talker(served, tmp_path:
 def test_ctrl_c_closes_open_sessions_and_exits(served) -> None:
     url, process = served
     client = subprocess.Popen(
-        [sys.executable, "-m", "rtc_omni", "client", "understand", "--server", url, "--video", "testsrc",
-         "--width", "320", "--height", "240", "--query", "hello", "--warmup", "30"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "rtc_omni",
+            "client",
+            "understand",
+            "--server",
+            url,
+            "--video",
+            "testsrc",
+            "--width",
+            "320",
+            "--height",
+            "240",
+            "--query",
+            "hello",
+            "--warmup",
+            "30",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 20
@@ -90,9 +143,28 @@ def test_generate_command_receives_and_writes_the_video(served, tmp_path: Path) 
     url, _ = served
     out = tmp_path / "received.mp4"
     done = subprocess.run(
-        [sys.executable, "-m", "rtc_omni", "client", "generate", "--server", url, "--prompt", "a red kite",
-         "--size", "320x240", "--fps", "16", "--frames", "40", "--out", str(out)],
-        capture_output=True, text=True, timeout=90,
+        [
+            sys.executable,
+            "-m",
+            "rtc_omni",
+            "client",
+            "generate",
+            "--server",
+            url,
+            "--prompt",
+            "a red kite",
+            "--size",
+            "320x240",
+            "--fps",
+            "16",
+            "--frames",
+            "40",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
     )
     assert done.returncode == 0, done.stderr
     assert "received 40 frames of 320x240" in done.stdout and "first frame after" in done.stdout

@@ -59,8 +59,7 @@ async def test_stalled_engine_times_out_and_is_aborted(make_server: ServerFactor
 async def test_audio_events_carry_wav_for_peers_without_an_audio_track(
     server: RunningServer, make_client: ClientFactory
 ) -> None:
-    client = await make_client(server, colour="blue", tone=None, receive_audio=False,
-                               config={"audio_events": True})
+    client = await make_client(server, colour="blue", tone=None, receive_audio=False, config={"audio_events": True})
     assert client.recorder is None
     await client.wait_event("video.frame.ack")
 

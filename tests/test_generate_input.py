@@ -23,8 +23,12 @@ async def error_after(client: GenerateClient, message) -> dict:
 
 
 async def test_bad_start_messages_get_errors_and_a_good_one_still_works(make_server: ServerFactory) -> None:
-    server = await make_server(model="wan-synthetic", synthetic_chunk_frames=10, synthetic_first_chunk_latency=0.05,
-                               synthetic_chunk_latency=0.05)
+    server = await make_server(
+        model="wan-synthetic",
+        synthetic_chunk_frames=10,
+        synthetic_first_chunk_latency=0.05,
+        synthetic_chunk_latency=0.05,
+    )
     client = GenerateClient(server.url)
     await client.connect()
     try:
@@ -33,32 +37,44 @@ async def test_bad_start_messages_get_errors_and_a_good_one_still_works(make_ser
             ("[1]", "session.start must be a JSON object"),
             ({"type": "session.ping"}, "Expected session.start, got: session.ping"),
             ({"prompt": "x"}, "Expected session.start, got: None"),
-            ({"type": "session.start", "prompt": "x", "format": "mp4"}, "Invalid session.start format: expected 'm4s'."),
-            ({"type": "session.start", "model": "other", "prompt": "x"},
-             "Model mismatch: request specifies 'other' but server is running 'wan-synthetic'."),
+            (
+                {"type": "session.start", "prompt": "x", "format": "mp4"},
+                "Invalid session.start format: expected 'm4s'.",
+            ),
+            (
+                {"type": "session.start", "model": "other", "prompt": "x"},
+                "Model mismatch: request specifies 'other' but server is running 'wan-synthetic'.",
+            ),
         ]
         for message, expected in cases:
             assert (await error_after(client, message))["message"] == expected
         for bad in ({"size": "big"}, {"num_inference_steps": 0}, {"guidance_scale": 21}, {"seconds": "0"}, {}):
-            message = (await error_after(client, {"type": "session.start", **({"prompt": "x"} if bad else {}), **bad}))
+            message = await error_after(client, {"type": "session.start", **({"prompt": "x"} if bad else {}), **bad})
             assert message["message"].startswith("Invalid session.start: ")
 
-        start = await client.start(prompt="ok", format="m4s", model="wan-synthetic", fps=30, num_frames=30,
-                                   size="160x128")
+        start = await client.start(
+            prompt="ok", format="m4s", model="wan-synthetic", fps=30, num_frames=30, size="160x128"
+        )
         assert start["config"]["model"] == "wan-synthetic"
         control_cases = [
             ("{oops", "Invalid JSON message"),
             ('"text"', "WebSocket messages must be JSON objects"),
             ({"type": "video.frame"}, "Unknown message type: video.frame"),
-            ({"type": "session.prompt_update", "prompt": "y"},
-             "session.prompt_update is not supported; send session.interaction instead"),
-            ({"type": "session.start", "prompt": "again"}, "session.start was already received; one session generates one video"),
+            (
+                {"type": "session.prompt_update", "prompt": "y"},
+                "session.prompt_update is not supported; send session.interaction instead",
+            ),
+            (
+                {"type": "session.start", "prompt": "again"},
+                "session.start was already received; one session generates one video",
+            ),
             (json.dumps({"type": "session.ping", "pad": "x" * 140_000}), "control message too large"),
         ]
         for message, expected in control_cases:
             assert (await error_after(client, message))["message"] == expected
         bad_interaction = await error_after(
-            client, {"type": "session.interaction", "interaction": {"event": {"prompt": "y", "negative_prompt": "z"}}})
+            client, {"type": "session.interaction", "interaction": {"event": {"prompt": "y", "negative_prompt": "z"}}}
+        )
         assert bad_interaction["code"] == "invalid_interaction"
 
         done = await client.wait_event("session.done", timeout=20)
@@ -96,17 +112,31 @@ async def test_a_generate_offer_without_video_is_refused(make_server: ServerFact
 def test_video_params_resolution_follows_the_reference() -> None:
     r = VideoGenerationRequest(prompt="p", seconds="3")
     assert r.resolve_video_params().model_dump() == {"width": None, "height": None, "num_frames": 72, "fps": 24}
-    r = VideoGenerationRequest(prompt="p", width=100, video_params={"width": 50, "height": 60, "fps": 8, "num_frames": 9})
+    r = VideoGenerationRequest(
+        prompt="p", width=100, video_params={"width": 50, "height": 60, "fps": 8, "num_frames": 9}
+    )
     assert r.resolve_video_params().model_dump() == {"width": 100, "height": 60, "num_frames": 9, "fps": 8}
     r = VideoGenerationRequest(prompt="p", size="832x480", width=1, height=2, fps=16, seconds="2")
     assert r.resolve_video_params().model_dump() == {"width": 832, "height": 480, "num_frames": 32, "fps": 16}
 
 
 def test_sampling_params_are_lifted_as_the_reference_does() -> None:
-    data = coerce_start_fields({"type": "session.start", "prompt": "p", "seed": 1, "format": "m4s",
-                                "extra_params": {"a": 1, "b": 1},
-                                "sampling_params": {"seed": 2, "guidance_scale": 3.0, "b": 2, "c": 3}})
-    assert data == {"prompt": "p", "seed": 1, "guidance_scale": 3.0, "extra_params": {"a": 1, "b": 2, "seed": 2, "c": 3}}
+    data = coerce_start_fields(
+        {
+            "type": "session.start",
+            "prompt": "p",
+            "seed": 1,
+            "format": "m4s",
+            "extra_params": {"a": 1, "b": 1},
+            "sampling_params": {"seed": 2, "guidance_scale": 3.0, "b": 2, "c": 3},
+        }
+    )
+    assert data == {
+        "prompt": "p",
+        "seed": 1,
+        "guidance_scale": 3.0,
+        "extra_params": {"a": 1, "b": 2, "seed": 2, "c": 3},
+    }
 
 
 def test_frames_normalise_from_every_form_the_reference_accepts() -> None:

@@ -81,13 +81,16 @@ async def test_stop_midway_ends_with_stopped_and_no_more_frames(gen_server: Runn
 
 
 async def test_interaction_changes_the_colour_from_the_stated_chunk(make_server: ServerFactory) -> None:
-    server = await make_server(synthetic_chunk_frames=10, synthetic_first_chunk_latency=0.1,
-                               synthetic_chunk_latency=0.25)
+    server = await make_server(
+        synthetic_chunk_frames=10, synthetic_first_chunk_latency=0.1, synthetic_chunk_latency=0.25
+    )
     client = await connect(server)
     try:
         await client.start(prompt="a red balloon", fps=30, num_frames=60, **SMALL)
         await client.wait_event("video.chunk_metadata")
-        client.send({"type": "session.interaction", "interaction": {"event_id": "e1", "event": {"prompt": "a blue sky"}}})
+        client.send(
+            {"type": "session.interaction", "interaction": {"event_id": "e1", "event": {"prompt": "a blue sky"}}}
+        )
         queued = await client.wait_event(where=lambda e: e["type"] in ("session.interaction.queued", "error"))
         assert queued["type"] == "session.interaction.queued" and queued["event_id"] == "e1"
         mark = len(client.events)
@@ -157,8 +160,9 @@ async def test_pings_keep_a_slow_engine_alive(make_server: ServerFactory) -> Non
 
 
 async def test_a_slow_engine_makes_the_track_wait_without_a_burst(make_server: ServerFactory) -> None:
-    server = await make_server(synthetic_chunk_frames=10, synthetic_first_chunk_latency=0.05,
-                               synthetic_chunk_latency=1.0)
+    server = await make_server(
+        synthetic_chunk_frames=10, synthetic_first_chunk_latency=0.05, synthetic_chunk_latency=1.0
+    )
     client = await connect(server)
     try:
         await client.start(prompt="x", fps=30, num_frames=30, **SMALL)

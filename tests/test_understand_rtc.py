@@ -118,8 +118,13 @@ async def test_static_camera_is_filtered_and_moving_camera_accepted(
 
 
 async def test_frames_consumed_lists_the_sampled_frames(server: RunningServer, make_client: ClientFactory) -> None:
-    client = await make_client(server, colour="cyan", tone=None, moving=True,
-                               config={"sample_fps": 10, "num_frames": 4, "modalities": ["text"]})
+    client = await make_client(
+        server,
+        colour="cyan",
+        tone=None,
+        moving=True,
+        config={"sample_fps": 10, "num_frames": 4, "modalities": ["text"]},
+    )
     for _ in range(9):
         await client.wait_event(where=_accepted, after=len(client.events))
     client.video.stop()  # freeze the buffer so the sample is deterministic

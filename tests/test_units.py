@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from rtc_omni.config import Settings, load_settings
 from rtc_omni.cli import build_parser
+from rtc_omni.config import Settings, load_settings
 from rtc_omni.engines.synthetic import colour_name, dominant_frequency, espeak_voice, tone_voice
 from rtc_omni.media.evs import FrameSimilarityFilter
 from rtc_omni.media.ingest import FrameSampler
@@ -82,14 +82,30 @@ def test_session_config_defaults_aliases_and_ranges() -> None:
 
 
 def test_frame_ack_echoes_nulls_but_omits_unset_extras() -> None:
-    ack = FrameAck(frame_id="a", pts_ms=None, capture_ts_ms=None, accepted=True, buffered_frames=1,
-                   server_receive_ts_ms=1.0)
-    assert ack.to_wire() == {"type": "video.frame.ack", "frame_id": "a", "pts_ms": None, "capture_ts_ms": None,
-                             "accepted": True, "buffered_frames": 1, "server_receive_ts_ms": 1.0}
+    ack = FrameAck(
+        frame_id="a", pts_ms=None, capture_ts_ms=None, accepted=True, buffered_frames=1, server_receive_ts_ms=1.0
+    )
+    assert ack.to_wire() == {
+        "type": "video.frame.ack",
+        "frame_id": "a",
+        "pts_ms": None,
+        "capture_ts_ms": None,
+        "accepted": True,
+        "buffered_frames": 1,
+        "server_receive_ts_ms": 1.0,
+    }
 
 
-@pytest.mark.parametrize(("rgb", "name"), [((250, 3, 2), "red"), ((1, 2, 250), "blue"), ((0, 250, 5), "green"),
-                                           ((250, 250, 0), "yellow"), ((10, 10, 10), "black")])
+@pytest.mark.parametrize(
+    ("rgb", "name"),
+    [
+        ((250, 3, 2), "red"),
+        ((1, 2, 250), "blue"),
+        ((0, 250, 5), "green"),
+        ((250, 250, 0), "yellow"),
+        ((10, 10, 10), "black"),
+    ],
+)
 def test_colour_names(rgb: tuple[int, int, int], name: str) -> None:
     assert colour_name(rgb) == name
 
@@ -135,14 +151,17 @@ async def test_talker_write_waits_while_the_buffer_is_full() -> None:
 
 
 def test_every_setting_is_a_flag_and_an_environment_variable() -> None:
-    args = build_parser().parse_args(["serve", "--port", "9999", "--ice-address", "127.0.0.1",
-                                      "--ice-address", "::1", "--idle-timeout", "5"])
+    args = build_parser().parse_args(
+        ["serve", "--port", "9999", "--ice-address", "127.0.0.1", "--ice-address", "::1", "--idle-timeout", "5"]
+    )
     settings = load_settings(args, environ={"RTC_OMNI_PORT": "1", "RTC_OMNI_MAX_SESSIONS": "3"})
     assert settings.port == 9999 and settings.max_sessions == 3 and settings.idle_timeout == 5.0
     assert settings.ice_address == ["127.0.0.1", "::1"]
     assert load_settings(None, environ={"RTC_OMNI_ICE_ADDRESS": "all"}).gather_all_interfaces
     for name in Settings.model_fields:
-        assert "--" + name.replace("_", "-") in build_parser()._subparsers._group_actions[0].choices["serve"].format_help()
+        assert (
+            "--" + name.replace("_", "-") in build_parser()._subparsers._group_actions[0].choices["serve"].format_help()
+        )
     with pytest.raises(ValueError):
         load_settings(None, environ={"RTC_OMNI_IDLE_TIMEOUT": "-1"})
 

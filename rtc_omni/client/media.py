@@ -16,6 +16,7 @@ from aiortc.contrib.media import MediaPlayer
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack, VideoStreamTrack
 
 from ..media import blockcode
+from ..media.ingest import iter_frames
 from ..media.recorder import Mp4Recorder
 
 AUDIO_RATE = 48_000
@@ -37,8 +38,14 @@ COLOURS: dict[str, tuple[int, int, int]] = {
 class ColourVideoTrack(VideoStreamTrack):
     """A camera showing one colour; with `moving=True` a bright block sweeps across it."""
 
-    def __init__(self, colour: tuple[int, int, int] = (255, 0, 0), width: int = 320, height: int = 240,
-                 fps: int = 30, moving: bool = False) -> None:
+    def __init__(
+        self,
+        colour: tuple[int, int, int] = (255, 0, 0),
+        width: int = 320,
+        height: int = 240,
+        fps: int = 30,
+        moving: bool = False,
+    ) -> None:
         super().__init__()
         self.colour = colour
         self.width, self.height, self.fps, self.moving = width, height, fps, moving
@@ -132,11 +139,7 @@ class AudioRecorder:
         self.task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
-        while True:
-            try:
-                frame = await self.track.recv()
-            except MediaStreamError:
-                return
+        async for frame in iter_frames(self.track):
             samples = frame.to_ndarray().reshape(-1, len(frame.layout.channels))[:, 0]
             self.pcm.append(samples.astype("<i2").tobytes())
             rms = float(np.sqrt(np.mean((samples.astype(np.float32) / 32768.0) ** 2)))
@@ -205,25 +208,25 @@ class VideoReceiver:
     """Drains a received video track: arrival time, block code and colour of each frame, and
     optionally an MP4 of what arrived."""
 
-    def __init__(self, track: MediaStreamTrack, out_path: str | None = None, fps: float = 24.0,
-                 keep_frames: int = 100_000) -> None:
+    def __init__(
+        self, track: MediaStreamTrack, out_path: str | None = None, fps: float = 24.0, keep_frames: int = 100_000
+    ) -> None:
         self.track = track
         self.frames: deque[ReceivedVideoFrame] = deque(maxlen=keep_frames)
         self.writer = Mp4Recorder(Path(out_path), fps) if out_path else None
         self.task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
-        while True:
-            try:
-                frame = await self.track.recv()
-            except MediaStreamError:
-                return
+        async for frame in iter_frames(self.track):
             at = time.monotonic()
             rgb = frame.to_ndarray(format="rgb24")
             body = rgb[rgb.shape[0] // 5 :]
             mean = body.reshape(-1, 3).mean(axis=0)
-            self.frames.append(ReceivedVideoFrame(at, blockcode.read(rgb), (int(mean[0]), int(mean[1]), int(mean[2])),
-                                                  rgb.shape[1], rgb.shape[0]))
+            self.frames.append(
+                ReceivedVideoFrame(
+                    at, blockcode.read(rgb), (int(mean[0]), int(mean[1]), int(mean[2])), rgb.shape[1], rgb.shape[0]
+                )
+            )
             if self.writer is not None:
                 await self.writer.write(rgb)
 

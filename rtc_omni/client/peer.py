@@ -172,7 +172,9 @@ class UnderstandClient(ControlClient):
         mark = len(self.events)
         sent_at = time.monotonic()
         self.send({"type": "video.query", "text": text, **extra})
-        start = await self.wait_event(where=lambda e: e["type"] in ("response.start", "error"), after=mark, timeout=timeout)
+        start = await self.wait_event(
+            where=lambda e: e["type"] in ("response.start", "error"), after=mark, timeout=timeout
+        )
         if start["type"] == "error":
             raise ValueError(start["message"])
         request_id = start["request_id"]
@@ -213,8 +215,14 @@ class GenerateClient(ControlClient):
 
     kind = "generate"
 
-    def __init__(self, server: str, video_codec: str | None = None, out_path: str | None = None,
-                 ice_addresses: list[str] | None = None, token: str | None = None) -> None:
+    def __init__(
+        self,
+        server: str,
+        video_codec: str | None = None,
+        out_path: str | None = None,
+        ice_addresses: list[str] | None = None,
+        token: str | None = None,
+    ) -> None:
         super().__init__(server, ice_addresses, token)
         self.video_codec = video_codec
         self.out_path = out_path
@@ -243,7 +251,9 @@ class GenerateClient(ControlClient):
                 self.receiver.writer.fps = self.fps
         mark = len(self.events)
         self.send({"type": "session.start", **request})
-        event = await self.wait_event(where=lambda e: e["type"] in ("video.start", "error"), after=mark, timeout=timeout)
+        event = await self.wait_event(
+            where=lambda e: e["type"] in ("video.start", "error"), after=mark, timeout=timeout
+        )
         if event["type"] == "error":
             raise ValueError(event["message"])
         return event

@@ -57,9 +57,7 @@ def motion_score(frames: list[np.ndarray]) -> float:
         return 0.0
     from PIL import Image
 
-    small = [
-        np.asarray(Image.fromarray(f).convert("L").resize((64, 64)), dtype=np.float32) for f in frames
-    ]
+    small = [np.asarray(Image.fromarray(f).convert("L").resize((64, 64)), dtype=np.float32) for f in frames]
     diffs = [float(np.mean(np.abs(a - b))) for a, b in zip(small, small[1:])]
     return float(np.mean(diffs)) / 255.0
 
@@ -185,8 +183,7 @@ class SyntheticEngine:
         words = answer.split(" ")
         # Text timeline: one word per token after the time to first token.
         timeline: list[tuple[float, UnderstandOutput]] = [
-            (self.ttft + i / self.token_rate, TextDelta(word if i == 0 else " " + word))
-            for i, word in enumerate(words)
+            (self.ttft + i / self.token_rate, TextDelta(word if i == 0 else " " + word)) for i, word in enumerate(words)
         ]
         if "audio" in turn.modalities:
             speech = await asyncio.to_thread(self._speak, answer)

@@ -54,6 +54,12 @@ def render_frame(index: int, width: int, height: int, colour: tuple[int, int, in
     return frame
 
 
+def render_chunk(
+    first: int, count: int, width: int, height: int, colour: tuple[int, int, int], seed: int
+) -> list[np.ndarray]:
+    return [render_frame(first + i, width, height, colour, seed) for i in range(count)]
+
+
 @dataclass
 class _Transition:
     start_chunk: int
@@ -104,7 +110,7 @@ class SyntheticVideoEngine:
                 count = min(self.chunk_frames, request.num_frames - produced)
                 colour = state.colour_for(chunk)
                 frames = await asyncio.to_thread(
-                    lambda: [render_frame(produced + i, request.width, request.height, colour, seed) for i in range(count)]
+                    render_chunk, produced, count, request.width, request.height, colour, seed
                 )
                 if request.request_id not in self._running:
                     return

@@ -75,8 +75,10 @@ def to_uint8_video(video: Any) -> np.ndarray:
     """One video in any accepted form as (F, H, W, 3) uint8."""
     if isinstance(video, np.ndarray) and video.dtype == np.uint8 and video.ndim == 4 and video.shape[-1] == 3:
         return video  # already what the track sends: no float round trip on the hot path
-    if isinstance(video, list) and video and all(
-        isinstance(f, np.ndarray) and f.dtype == np.uint8 and f.ndim == 3 and f.shape[-1] == 3 for f in video
+    if (
+        isinstance(video, list)
+        and video
+        and all(isinstance(f, np.ndarray) and f.dtype == np.uint8 and f.ndim == 3 and f.shape[-1] == 3 for f in video)
     ):
         return np.stack(video)
     if isinstance(video, list):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
 
 import av
@@ -35,6 +35,15 @@ class MediaSink(Protocol):
     async def add_track_frame(self, image: Image.Image, pts_ms: float | None, received_ts_ms: float) -> None: ...
 
     def add_track_audio(self, pcm16: bytes) -> None: ...
+
+
+async def iter_frames(track: MediaStreamTrack) -> AsyncIterator[av.VideoFrame | av.AudioFrame]:
+    """Every frame of a track, as soon as aiortc has it, until the track ends."""
+    while True:
+        try:
+            yield await track.recv()
+        except MediaStreamError:
+            return
 
 
 def _pts_seconds(frame: av.VideoFrame) -> float | None:
@@ -65,11 +74,7 @@ class FrameSampler:
 async def ingest_video(track: MediaStreamTrack, sink: MediaSink) -> None:
     """Drain a video track until it ends, passing sampled frames to the sink."""
     sampler = FrameSampler()
-    while True:
-        try:
-            frame = await track.recv()
-        except MediaStreamError:
-            return
+    async for frame in iter_frames(track):
         received_ts_ms = time.monotonic() * 1000.0
         sink.note_frame_received()
         fps = sink.sample_fps
@@ -85,11 +90,7 @@ async def ingest_video(track: MediaStreamTrack, sink: MediaSink) -> None:
 async def ingest_audio(track: MediaStreamTrack, sink: MediaSink) -> None:
     """Drain an audio track until it ends, passing 16 kHz mono PCM16 to the sink."""
     resampler = av.AudioResampler(format="s16", layout="mono", rate=INGEST_SAMPLE_RATE)
-    while True:
-        try:
-            frame = await track.recv()
-        except MediaStreamError:
-            return
+    async for frame in iter_frames(track):
         if sink.sample_fps is None:  # not configured yet: drop, keep draining
             continue
         pcm = b"".join(out.to_ndarray().tobytes() for out in resampler.resample(frame))
@@ -99,11 +100,8 @@ async def ingest_audio(track: MediaStreamTrack, sink: MediaSink) -> None:
 
 async def discard(track: MediaStreamTrack) -> None:
     """Drain a track nobody consumes, so aiortc's unbounded queue stays empty."""
-    while True:
-        try:
-            await track.recv()
-        except MediaStreamError:
-            return
+    async for _frame in iter_frames(track):
+        pass
 
 
 def start_ingest(

@@ -48,6 +48,7 @@ class Mp4Recorder:
             assert self._stream is not None
             self._container.mux(self._stream.encode(None))
             self._container.close()
+            self._container = None
         self.finished = True
 
     async def write(self, rgb: np.ndarray) -> None:

@@ -115,7 +115,9 @@ class TalkerAudioTrack(MediaStreamTrack):
             if not self._buffer:
                 self._drained.set()
         pcm = chunk + bytes(_FRAME_BYTES - len(chunk))
-        frame = av.AudioFrame.from_ndarray(np.frombuffer(pcm, dtype=np.int16).reshape(1, -1), format="s16", layout="mono")
+        frame = av.AudioFrame.from_ndarray(
+            np.frombuffer(pcm, dtype=np.int16).reshape(1, -1), format="s16", layout="mono"
+        )
         frame.sample_rate = SAMPLE_RATE
         frame.pts = self._timestamp
         frame.time_base = _TIME_BASE

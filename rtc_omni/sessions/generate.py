@@ -27,6 +27,7 @@ from ..media.frames import normalize_videos
 from ..media.recorder import Mp4Recorder
 from ..protocol import generate as proto
 from ..protocol.understand import BINARY_NOT_SUPPORTED, MESSAGE_QUEUE_FULL, ServerEvent
+from ..tasks import TaskSet
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class GenerateSession:
 
     def __post_init__(self) -> None:
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(MAX_MESSAGE_QUEUE)
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet()
         self._created_at = self._progress_at = self._last_message_at = time.monotonic()
         self._stopped = False
         self._engine_finished = False
@@ -106,14 +107,8 @@ class GenerateSession:
     # ----------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
-        self._spawn(self._process_messages())
-        self._spawn(self._watch())
-
-    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        self._tasks.spawn(self._process_messages())
+        self._tasks.spawn(self._watch())
 
     async def close(self) -> None:
         """End the session: abort an unfinished generation, cancel every task, finish the recording."""
@@ -123,11 +118,7 @@ class GenerateSession:
         self.state = "closed"
         if generating and not self._engine_finished:
             await self._abort()
-        current = asyncio.current_task()
-        tasks = [t for t in self._tasks if t is not current]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.cancel_all()
         self.video.flush()
         if self.recorder is not None:
             await self.recorder.finish()
@@ -167,7 +158,11 @@ class GenerateSession:
                 self._error(proto.TIMEOUT_WAITING_FOR_START)
                 self._close_soon()
                 return
-            if self.state == "generating" and not self._stopped and now - self._progress_at > self.settings.engine_stall_timeout:
+            if (
+                self.state == "generating"
+                and not self._stopped
+                and now - self._progress_at > self.settings.engine_stall_timeout
+            ):
                 self._error(proto.STALL_TIMEOUT)
                 await self._stop()
             if self.state == "done" and now - self._last_message_at > self.settings.idle_timeout:
@@ -269,7 +264,7 @@ class GenerateSession:
         self.state = "generating"
         self._progress_at = time.monotonic()
         self._emit(proto.VideoStart(request_id=self.request_id, config=request.model_dump(exclude_none=True)))
-        self._generation = self._spawn(self._generate(engine_request))
+        self._generation = self._tasks.spawn(self._generate(engine_request))
 
     async def _handle_interaction(self, msg: dict[str, Any]) -> None:
         if self.state != "generating" or self._stopped:
@@ -334,10 +329,13 @@ class GenerateSession:
         self.state = "done"
         self._last_message_at = time.monotonic()
         assert self.request_id is not None
-        self._emit(proto.GenerationDone(request_id=self.request_id, chunks=self.counters.chunks,
-                                        frames=self.video.frames_sent, stopped=stopped))
+        self._emit(
+            proto.GenerationDone(
+                request_id=self.request_id, chunks=self.counters.chunks, frames=self.video.frames_sent, stopped=stopped
+            )
+        )
         if self.recorder is not None:
-            self._spawn(self.recorder.finish())
+            self._tasks.spawn(self.recorder.finish())
 
     def _chunk_metadata(self, chunk_index: int, first: int, count: int) -> proto.VideoChunkMetadata:
         assert self.request_id is not None
@@ -351,9 +349,14 @@ class GenerateSession:
             if c:
                 completed.append(interaction.event_id)
         return proto.VideoChunkMetadata(
-            request_id=self.request_id, num_frames=count, generation_chunk_index=chunk_index,
-            first_frame_index=first, last_frame_index=first + count - 1,
-            started_event_ids=started, active_event_ids=active, completed_event_ids=completed,
+            request_id=self.request_id,
+            num_frames=count,
+            generation_chunk_index=chunk_index,
+            first_frame_index=first,
+            last_frame_index=first + count - 1,
+            started_event_ids=started,
+            active_event_ids=active,
+            completed_event_ids=completed,
         )
 
     async def _generate(self, request: GenerateRequest) -> None:

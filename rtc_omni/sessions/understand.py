@@ -38,6 +38,7 @@ from ..engines.base import (
 )
 from ..media.evs import FrameSimilarityFilter
 from ..protocol import understand as proto
+from ..tasks import TaskSet
 from .frame_buffer import BufferedFrame, FrameBuffer
 
 logger = logging.getLogger(__name__)
@@ -144,7 +145,7 @@ class UnderstandSession:
         self._audio = bytearray()
         self._history: deque[dict[str, Any]] = deque(maxlen=MAX_HISTORY_MESSAGES)
         self._turn: _Turn | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet()
         self._last_activity = time.monotonic()
         self._closer: asyncio.Task[None] | None = None
         self.closed = asyncio.Event()
@@ -152,14 +153,8 @@ class UnderstandSession:
     # ----------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
-        self._spawn(self._process_messages())
-        self._spawn(self._watch_idle())
-
-    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        self._tasks.spawn(self._process_messages())
+        self._tasks.spawn(self._watch_idle())
 
     async def close(self) -> None:
         """End the session: abort the active request, cancel every task, drop the buffers."""
@@ -167,11 +162,7 @@ class UnderstandSession:
             return
         self.state = "closed"
         await self._cancel_turn(notify=False)
-        current = asyncio.current_task()
-        tasks = [t for t in self._tasks if t is not current]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.cancel_all()
         self._frames = FrameBuffer(1)
         self._latest_track_frame = None
         self._audio.clear()
@@ -309,9 +300,7 @@ class UnderstandSession:
         self.config = config
         self._explicit_config = explicit
         self._frames.max_frames = config.max_frames
-        self._dc_filter = (
-            FrameSimilarityFilter(config.frame_filter_threshold) if config.enable_frame_filter else None
-        )
+        self._dc_filter = FrameSimilarityFilter(config.frame_filter_threshold) if config.enable_frame_filter else None
         self._track_filter = (
             FrameSimilarityFilter(config.track_filter_threshold) if config.enable_frame_filter else None
         )
@@ -396,7 +385,9 @@ class UnderstandSession:
         dropped_id = evicted.frame_id if evicted is not None and evicted.has_id else None
         self._ack(frame, accepted=True, dropped_frame_id=dropped_id)
 
-    def _ack(self, frame: BufferedFrame, *, accepted: bool, reason: str | None = None, dropped_frame_id: Any = None) -> None:
+    def _ack(
+        self, frame: BufferedFrame, *, accepted: bool, reason: str | None = None, dropped_frame_id: Any = None
+    ) -> None:
         if not frame.has_id:
             return
         ack = proto.FrameAck(
@@ -451,7 +442,7 @@ class UnderstandSession:
         self._audio.clear()
         self._turn = turn
         self.counters.turns_started += 1
-        turn.task = self._spawn(self._run_turn(turn, frames, audio, text if isinstance(text, str) else str(text)))
+        turn.task = self._tasks.spawn(self._run_turn(turn, frames, audio, text if isinstance(text, str) else str(text)))
 
     def _turn_frames(self) -> list[BufferedFrame]:
         """The reference's sample of the buffer, with the newest camera frame always current.

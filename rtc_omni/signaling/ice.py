@@ -29,9 +29,7 @@ def set_host_addresses(addresses: Sequence[str] | None) -> None:
     parsed = [ipaddress.ip_address(a) for a in addresses]
 
     def configured_addresses(use_ipv4: bool, use_ipv6: bool) -> list[str]:
-        return [
-            str(a) for a in parsed if (a.version == 4 and use_ipv4) or (a.version == 6 and use_ipv6)
-        ]
+        return [str(a) for a in parsed if (a.version == 4 and use_ipv4) or (a.version == 6 and use_ipv6)]
 
     aioice.ice.get_host_addresses = configured_addresses
 

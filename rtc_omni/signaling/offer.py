@@ -75,8 +75,7 @@ async def post_offer(request: web.Request) -> web.Response:
     async def forget(_peer: PeerSession) -> None:
         registry.remove(session_id)
 
-    peer = PeerSession(session_id, offer.kind, settings, engines, on_closed=forget,
-                       recordings=request.app[RECORDINGS])
+    peer = PeerSession(session_id, offer.kind, settings, engines, on_closed=forget, recordings=request.app[RECORDINGS])
     registry.add(peer)
     try:
         answer = await peer.accept(RTCSessionDescription(sdp=offer.sdp, type="offer"))

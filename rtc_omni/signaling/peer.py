@@ -26,6 +26,7 @@ from ..media.video_out import GeneratedVideoTrack
 from ..sessions.generate import GenerateSession
 from ..sessions.recordings import RecordingStore
 from ..sessions.understand import UnderstandSession
+from ..tasks import TaskSet
 from .ice import ice_servers, rtc_configuration
 
 logger = logging.getLogger(__name__)
@@ -64,20 +65,29 @@ class PeerSession:
             assert engines.understand is not None
             self.outgoing = TalkerAudioTrack()
             self.session = UnderstandSession(
-                session_id=session_id, settings=settings, engine=engines.understand, send=self._send,
-                talker=self.outgoing, on_closed=lambda _session: self._close_soon(),
+                session_id=session_id,
+                settings=settings,
+                engine=engines.understand,
+                send=self._send,
+                talker=self.outgoing,
+                on_closed=lambda _session: self._close_soon(),
             )
         else:
             assert engines.generate is not None
             self.outgoing = GeneratedVideoTrack()
             self.session = GenerateSession(
-                session_id=session_id, settings=settings, engine=engines.generate, send=self._send,
-                video=self.outgoing, reserve_recording=recordings.reserve if recordings else None, on_closed=lambda _session: self._close_soon(),
+                session_id=session_id,
+                settings=settings,
+                engine=engines.generate,
+                send=self._send,
+                video=self.outgoing,
+                reserve_recording=recordings.reserve if recordings else None,
+                on_closed=lambda _session: self._close_soon(),
             )
         self._on_closed = on_closed
         self._channel: RTCDataChannel | None = None
         self._pending: deque[str] = deque(maxlen=MAX_PENDING_EVENTS)
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet()
         self._closing: asyncio.Task[None] | None = None
         self.closed = asyncio.Event()
 
@@ -100,14 +110,8 @@ class PeerSession:
         if not _has_candidates(self.pc.localDescription.sdp):
             raise RuntimeError("the server's ICE agent gathered no candidates; check --ice-address and --ice-server")
         self.session.start()
-        self._spawn(self._connect_deadline())
+        self._tasks.spawn(self._connect_deadline())
         return self.pc.localDescription
-
-    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
 
     def _on_datachannel(self, channel: RTCDataChannel) -> None:
         if channel.label != CONTROL_LABEL or self._channel is not None:
@@ -131,9 +135,9 @@ class PeerSession:
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         if isinstance(self.session, UnderstandSession):
-            start_ingest(track, self.session, self._spawn)
+            start_ingest(track, self.session, self._tasks.spawn)
         else:
-            self._spawn(discard(track))  # a generation takes no media, but aiortc's queue must drain
+            self._tasks.spawn(discard(track))  # a generation takes no media, but aiortc's queue must drain
 
     async def _on_connection_state(self) -> None:
         state = self.pc.connectionState
@@ -144,7 +148,9 @@ class PeerSession:
     async def _connect_deadline(self) -> None:
         await asyncio.sleep(self.settings.ice_connect_timeout)
         if self.pc.connectionState != "connected":
-            logger.info("session %s: not connected after %.1f s, closing", self.session_id, self.settings.ice_connect_timeout)
+            logger.info(
+                "session %s: not connected after %.1f s, closing", self.session_id, self.settings.ice_connect_timeout
+            )
             self._close_soon()
 
     # ----------------------------------------------------------------- events out
@@ -174,11 +180,7 @@ class PeerSession:
         self._flush_pending()
         await self.session.close()
         await self._drain_channel()
-        current = asyncio.current_task()
-        tasks = [t for t in self._tasks if t is not current]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._tasks.cancel_all()
         self.outgoing.stop()
         await self.pc.close()
         result = self._on_closed(self)
@@ -206,8 +208,9 @@ class PeerSession:
                     packets_in += report.packetsReceived
         stats.update(bytes_received=bytes_in, bytes_sent=bytes_out, rtp_packets_received=packets_in)
         if isinstance(self.outgoing, TalkerAudioTrack):
-            stats.update(talker_buffered_ms=round(self.outgoing.buffered_ms, 1),
-                         talker_frames_sent=self.outgoing.frames_sent)
+            stats.update(
+                talker_buffered_ms=round(self.outgoing.buffered_ms, 1), talker_frames_sent=self.outgoing.frames_sent
+            )
         else:
             stats.update(video_backlog_frames=self.outgoing.backlog, video_rebases=self.outgoing.rebases)
         return stats
