@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from aiohttp import web
 
@@ -16,8 +15,6 @@ from .signaling.ice import set_host_addresses
 from .signaling.keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 
 logger = logging.getLogger(__name__)
-
-STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -52,9 +49,6 @@ def create_app(settings: Settings, engines: Engines | None = None) -> web.Applic
     app[RECORDINGS] = RecordingStore(settings.recording_dir, settings.max_recordings)
     app.router.add_get("/healthz", healthz)
     offer.add_routes(app)
-    if (STATIC_DIR / "index.html").is_file():
-        app.router.add_get("/", lambda _request: web.FileResponse(STATIC_DIR / "index.html"))
-        app.router.add_static("/static/", STATIC_DIR)
     app.on_shutdown.append(_close_sessions)
     app.on_cleanup.append(_close_engines)
     return app

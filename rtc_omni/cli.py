@@ -8,6 +8,7 @@ import json
 import logging
 import sys
 import time
+from typing import Any
 
 from .config import add_settings_arguments, load_settings
 
@@ -84,7 +85,7 @@ async def _run_generate(args: argparse.Namespace) -> int:
     client = GenerateClient(
         args.server, video_codec=args.codec, out_path=args.out, ice_addresses=args.ice_address or None, token=args.token
     )
-    request: dict[str, object] = {"prompt": args.prompt, "fps": args.fps}
+    request: dict[str, Any] = {"prompt": args.prompt, "fps": args.fps}
     for name in ("size", "num_frames", "seed", "num_inference_steps", "negative_prompt"):
         if getattr(args, name) is not None:
             request[name] = getattr(args, name)

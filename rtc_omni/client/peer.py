@@ -233,7 +233,8 @@ class GenerateClient(ControlClient):
         transceiver = self.pc.addTransceiver("video", direction="recvonly")
         if self.video_codec is not None:
             wanted = f"video/{self.video_codec}".lower()
-            codecs = RTCRtpReceiver.getCapabilities("video").codecs
+            capabilities = RTCRtpReceiver.getCapabilities("video")
+            codecs = capabilities.codecs if capabilities is not None else []
             preferred = [c for c in codecs if c.mimeType.lower() == wanted]
             if not preferred:
                 raise ValueError(f"unknown video codec {self.video_codec!r}")

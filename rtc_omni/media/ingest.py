@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Protocol
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, Protocol
 
 import av
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
@@ -37,8 +37,8 @@ class MediaSink(Protocol):
     def add_track_audio(self, pcm16: bytes) -> None: ...
 
 
-async def iter_frames(track: MediaStreamTrack) -> AsyncIterator[av.VideoFrame | av.AudioFrame]:
-    """Every frame of a track, as soon as aiortc has it, until the track ends."""
+async def iter_frames(track: MediaStreamTrack) -> AsyncIterator[Any]:
+    """Every frame of a track (av.VideoFrame or av.AudioFrame by its kind) until the track ends."""
     while True:
         try:
             yield await track.recv()
@@ -105,7 +105,7 @@ async def discard(track: MediaStreamTrack) -> None:
 
 
 def start_ingest(
-    track: MediaStreamTrack, sink: MediaSink, spawn: Callable[[Awaitable[None]], asyncio.Task[None]]
+    track: MediaStreamTrack, sink: MediaSink, spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[Any]]
 ) -> asyncio.Task[None] | None:
     """Start the drain loop that fits the track's kind."""
     if track.kind == "video":

@@ -24,14 +24,14 @@ def set_host_addresses(addresses: Sequence[str] | None) -> None:
     Process-wide: every RTCPeerConnection created afterwards in this process follows it.
     """
     if addresses is None:
-        aioice.ice.get_host_addresses = _AIOICE_DEFAULT
+        aioice.ice.get_host_addresses = _AIOICE_DEFAULT  # type: ignore[assignment]
         return
     parsed = [ipaddress.ip_address(a) for a in addresses]
 
     def configured_addresses(use_ipv4: bool, use_ipv6: bool) -> list[str]:
         return [str(a) for a in parsed if (a.version == 4 and use_ipv4) or (a.version == 6 and use_ipv6)]
 
-    aioice.ice.get_host_addresses = configured_addresses
+    aioice.ice.get_host_addresses = configured_addresses  # type: ignore[assignment]
 
 
 def ice_servers(urls: Sequence[str], username: str | None = None, credential: str | None = None) -> list[RTCIceServer]:

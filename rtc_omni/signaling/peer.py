@@ -60,27 +60,27 @@ class PeerSession:
             rtc_configuration(ice_servers(settings.ice_server, settings.ice_username, settings.ice_credential))
         )
         self.session: UnderstandSession | GenerateSession
-        self.outgoing: MediaStreamTrack
+        self.outgoing: TalkerAudioTrack | GeneratedVideoTrack
         if kind == "understand":
             assert engines.understand is not None
-            self.outgoing = TalkerAudioTrack()
+            talker = self.outgoing = TalkerAudioTrack()
             self.session = UnderstandSession(
                 session_id=session_id,
                 settings=settings,
                 engine=engines.understand,
                 send=self._send,
-                talker=self.outgoing,
+                talker=talker,
                 on_closed=lambda _session: self._close_soon(),
             )
         else:
             assert engines.generate is not None
-            self.outgoing = GeneratedVideoTrack()
+            video = self.outgoing = GeneratedVideoTrack()
             self.session = GenerateSession(
                 session_id=session_id,
                 settings=settings,
                 engine=engines.generate,
                 send=self._send,
-                video=self.outgoing,
+                video=video,
                 reserve_recording=recordings.reserve if recordings else None,
                 on_closed=lambda _session: self._close_soon(),
             )
