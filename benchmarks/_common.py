@@ -9,6 +9,8 @@ import sys
 import time
 import urllib.request
 
+from rtc_omni.client.media import AudioRecorder
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -64,3 +66,12 @@ def start_server(extra_args: list[str] | None = None) -> tuple[subprocess.Popen,
             time.sleep(0.05)
     process.kill()
     raise RuntimeError("server did not start")
+
+
+def silent_from(recorder: AudioRecorder, since: float, run: int = 3) -> float | None:
+    """Arrival time of the first of `run` consecutive silent frames after `since`."""
+    frames = [f for f in recorder.frames if f.at >= since]
+    for i in range(len(frames) - run + 1):
+        if all(f.rms < recorder.SILENCE_RMS for f in frames[i : i + run]):
+            return frames[i].at
+    return None

@@ -19,9 +19,9 @@ import os
 import sys
 import time
 
-from _common import process_cpu_seconds, start_server, summary
+from _common import process_cpu_seconds, silent_from, start_server, summary
 
-from rtc_omni.client.media import AudioRecorder, ColourVideoTrack, ToneAudioTrack
+from rtc_omni.client.media import ColourVideoTrack, ToneAudioTrack
 from rtc_omni.client.peer import UnderstandClient
 
 
@@ -49,15 +49,6 @@ async def bench_ack_latency(url: str, seconds: float) -> list[float]:
                 latencies.append(at - sent)
     await client.close()
     return latencies[5:]  # skip the connection's first frames (keyframe, jitter buffer warm-up)
-
-
-def silent_from(recorder: AudioRecorder, since: float, run: int = 3) -> float | None:
-    """Arrival time of the first of `run` consecutive silent frames after `since`."""
-    frames = [f for f in recorder.frames if f.at >= since]
-    for i in range(len(frames) - run + 1):
-        if all(f.rms < recorder.SILENCE_RMS for f in frames[i : i + run]):
-            return frames[i].at
-    return None
 
 
 async def bench_interrupt(url: str, count: int) -> list[float]:

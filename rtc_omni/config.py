@@ -51,6 +51,11 @@ class Settings(BaseModel):
     engine_stall_timeout: float = Field(
         60.0, gt=0, description="Seconds the engine may go without output before a turn fails."
     )
+    turn_detection: Literal["none", "server_vad"] = Field(
+        "none",
+        description="Turn detection for sessions that never send session.config (e.g. WHIP publishers): "
+        "'server_vad' answers when the speaker pauses and lets them interrupt.",
+    )
     max_frame_size: int = Field(
         10 * 1024 * 1024,
         ge=1,

@@ -15,6 +15,7 @@ import numpy as np
 from aiortc.contrib.media import MediaPlayer
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack, VideoStreamTrack
 
+from ..engines.synthetic import espeak_voice
 from ..media import blockcode
 from ..media.ingest import iter_frames
 from ..media.recorder import Mp4Recorder
@@ -120,6 +121,77 @@ class ToneAudioTrack(MediaStreamTrack):
         return frame
 
 
+def speech48(text: str) -> np.ndarray:
+    """espeak-ng saying `text`, as 48 kHz float samples trimmed to where the voice is."""
+    speech24 = espeak_voice(text)
+    frame = av.AudioFrame.from_ndarray(speech24.reshape(1, -1), format="flt", layout="mono")
+    frame.sample_rate = 24_000
+    resampler = av.AudioResampler(format="flt", layout="mono", rate=AUDIO_RATE)
+    out = np.concatenate([f.to_ndarray().reshape(-1) for f in resampler.resample(frame) + resampler.resample(None)])
+    loud = np.nonzero(np.abs(out) > 0.02)[0]
+    return out[loud[0] : loud[-1] + 1]
+
+
+class ScriptedAudioTrack(MediaStreamTrack):
+    """A microphone that says what it is told: queued 48 kHz clips, silence in between, and
+    optionally the sound of its own loudspeaker (an `AudioRecorder`'s frames) mixed in as echo."""
+
+    kind = "audio"
+
+    def __init__(self, echo_gain: float = 0.0) -> None:
+        super().__init__()
+        self.echo_gain = echo_gain
+        self.echo: asyncio.Queue[np.ndarray] = asyncio.Queue(maxsize=50)  # fed by an AudioRecorder
+        self._clips: deque[np.ndarray] = deque()
+        self._samples = 0
+        self._start: float | None = None
+        self.clip_started_at: list[float] = []  # monotonic time each clip began to play
+        self.clip_ended_at: list[float] = []
+
+    def say(self, clip48: np.ndarray) -> None:
+        """Queue float samples in [-1, 1] at 48 kHz."""
+        self._clips.append(clip48.astype(np.float32))
+
+    @property
+    def speaking(self) -> bool:
+        return bool(self._clips)
+
+    def _next_samples(self) -> np.ndarray:
+        out = np.zeros(AUDIO_FRAME_SAMPLES, dtype=np.float32)
+        filled = 0
+        while filled < AUDIO_FRAME_SAMPLES and self._clips:
+            clip = self._clips[0]
+            if len(self.clip_started_at) == len(self.clip_ended_at):
+                self.clip_started_at.append(time.monotonic())
+            take = min(AUDIO_FRAME_SAMPLES - filled, clip.size)
+            out[filled : filled + take] = clip[:take]
+            filled += take
+            if take == clip.size:
+                self._clips.popleft()
+                self.clip_ended_at.append(time.monotonic())
+            else:
+                self._clips[0] = clip[take:]
+        if self.echo_gain and not self.echo.empty():
+            echo = self.echo.get_nowait()
+            out[: echo.size] += self.echo_gain * echo[:AUDIO_FRAME_SAMPLES]
+        return out
+
+    async def recv(self) -> av.AudioFrame:
+        if self.readyState != "live":
+            raise MediaStreamError
+        if self._start is None:
+            self._start = time.time()
+        else:
+            wait = self._start + self._samples / AUDIO_RATE - time.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        pcm = (np.clip(self._next_samples(), -1, 1) * 32767).astype(np.int16).reshape(1, -1)
+        frame = av.AudioFrame.from_ndarray(pcm, format="s16", layout="mono")
+        frame.sample_rate, frame.pts, frame.time_base = AUDIO_RATE, self._samples, _AUDIO_TIME_BASE
+        self._samples += AUDIO_FRAME_SAMPLES
+        return frame
+
+
 @dataclass(frozen=True)
 class ReceivedAudioFrame:
     at: float  # monotonic seconds when it arrived
@@ -136,12 +208,15 @@ class AudioRecorder:
         max_frames = int(keep_seconds * AUDIO_RATE / AUDIO_FRAME_SAMPLES)
         self.frames: deque[ReceivedAudioFrame] = deque(maxlen=max_frames)
         self.pcm: deque[bytes] = deque(maxlen=max_frames)
+        self.echo_to: asyncio.Queue[np.ndarray] | None = None  # a ScriptedAudioTrack's echo input
         self.task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
         async for frame in iter_frames(self.track):
             samples = frame.to_ndarray().reshape(-1, len(frame.layout.channels))[:, 0]
             self.pcm.append(samples.astype("<i2").tobytes())
+            if self.echo_to is not None and not self.echo_to.full():
+                self.echo_to.put_nowait(samples.astype(np.float32) / 32768.0)
             rms = float(np.sqrt(np.mean((samples.astype(np.float32) / 32768.0) ** 2)))
             self.frames.append(ReceivedAudioFrame(time.monotonic(), rms))
 

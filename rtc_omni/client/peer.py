@@ -53,26 +53,31 @@ class ControlClient:
 
     kind = "understand"
 
-    def __init__(self, server: str, ice_addresses: list[str] | None = None, token: str | None = None) -> None:
+    def __init__(
+        self, server: str, ice_addresses: list[str] | None = None, token: str | None = None, control: bool = True
+    ) -> None:
         self.server = server.rstrip("/")
         self.token = token
         set_host_addresses(ice_addresses if ice_addresses is not None else ["127.0.0.1"])
         self.pc = RTCPeerConnection(rtc_configuration(ice_servers([])))
-        self.channel = self.pc.createDataChannel("control")
+        # A peer may have no DataChannel at all (like a WHIP publisher); then it only sends media.
+        self.channel = self.pc.createDataChannel("control") if control else None
         self.events: list[dict[str, Any]] = []
         self.event_times: list[float] = []
         self._new_event = asyncio.Event()
         self.session_id: str | None = None
         self.connect_seconds: float | None = None
 
-        @self.channel.on("message")
-        def on_message(message: str | bytes) -> None:
-            if isinstance(message, str):
-                self.events.append(json.loads(message))
-                self.event_times.append(time.monotonic())
-                self._new_event.set()
+        if self.channel is not None:
+            self.channel.on("message", self._on_message)
 
         self.pc.on("track", self._on_track)
+
+    def _on_message(self, message: str | bytes) -> None:
+        if isinstance(message, str):
+            self.events.append(json.loads(message))
+            self.event_times.append(time.monotonic())
+            self._new_event.set()
 
     def _add_transceivers(self) -> None:
         """Add the media m-lines this kind of client offers."""
@@ -97,13 +102,17 @@ class ControlClient:
         self.session_id = body["session_id"]
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
         async with asyncio.timeout(timeout):
-            while not (self.pc.connectionState == "connected" and self.channel.readyState == "open"):
+            while not (
+                self.pc.connectionState == "connected" and (self.channel is None or self.channel.readyState == "open")
+            ):
                 if self.pc.connectionState in ("failed", "closed"):
                     raise ConnectionError(f"peer connection {self.pc.connectionState}")
                 await asyncio.sleep(0.01)
         self.connect_seconds = time.monotonic() - started
 
     def send(self, message: dict[str, Any] | str) -> None:
+        if self.channel is None:
+            raise RuntimeError("this client has no control channel")
         self.channel.send(message if isinstance(message, str) else json.dumps(message))
 
     async def wait_event(
@@ -138,8 +147,9 @@ class UnderstandClient(ControlClient):
         receive_audio: bool = True,
         ice_addresses: list[str] | None = None,
         token: str | None = None,
+        control: bool = True,
     ) -> None:
-        super().__init__(server, ice_addresses, token)
+        super().__init__(server, ice_addresses, token, control)
         self.video, self.audio = video, audio
         self.receive_audio = receive_audio
         self.recorder: AudioRecorder | None = None

@@ -34,6 +34,7 @@ class UnderstandTurn:
     history: list[dict[str, Any]] = field(default_factory=list)
     system_prompt: str | None = None
     modalities: tuple[str, ...] = ("text", "audio")
+    speech_ms: float | None = None  # set when server VAD cut the audio: the speech without padding
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,7 @@ class TurnAnalysis:
     audio_seconds: float
     audio_hz: float | None
     query: str
+    speech_ms: float | None = None
 
     def describe(self) -> str:
         r, g, b = self.mean_rgb
@@ -100,6 +101,8 @@ class TurnAnalysis:
             parts.append(
                 f"I heard {self.audio_seconds:.2f} seconds of audio, dominant frequency about {self.audio_hz:.0f} Hz."
             )
+        if self.speech_ms is not None:
+            parts.append(f"The speech segment lasted {self.speech_ms / 1000:.2f} seconds.")
         parts.append(f'You asked: "{self.query}".' if self.query else "You asked nothing in text.")
         return " ".join(parts)
 
@@ -118,6 +121,7 @@ def analyse(turn: UnderstandTurn) -> TurnAnalysis:
         audio_seconds=len(turn.audio_pcm16) / 2 / 16_000,
         audio_hz=dominant_frequency(turn.audio_pcm16, 16_000),
         query=turn.query,
+        speech_ms=turn.speech_ms,
     )
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from ..engines.base import TALKER_SAMPLE_RATE
+from .echo import EchoReference
 
 SAMPLE_RATE = 48_000
 FRAME_SAMPLES = 960  # 20 ms
@@ -44,6 +45,7 @@ class TalkerAudioTrack(MediaStreamTrack):
         self._timestamp = 0
         self.frames_sent = 0
         self.voiced_frames_sent = 0
+        self.echo = EchoReference()
 
     @staticmethod
     def _new_resampler() -> av.AudioResampler:
@@ -115,9 +117,9 @@ class TalkerAudioTrack(MediaStreamTrack):
             if not self._buffer:
                 self._drained.set()
         pcm = chunk + bytes(_FRAME_BYTES - len(chunk))
-        frame = av.AudioFrame.from_ndarray(
-            np.frombuffer(pcm, dtype=np.int16).reshape(1, -1), format="s16", layout="mono"
-        )
+        samples = np.frombuffer(pcm, dtype=np.int16)
+        self.echo.played(samples)
+        frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate = SAMPLE_RATE
         frame.pts = self._timestamp
         frame.time_base = _TIME_BASE

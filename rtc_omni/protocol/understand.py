@@ -51,6 +51,18 @@ _LEGACY_ALIASES = {
 }
 
 
+class TurnDetection(BaseModel):
+    """`session.config.turn_detection`: server VAD, with OpenAI Realtime's names and defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["server_vad"] = "server_vad"
+    threshold: float = Field(0.5, ge=0.0, le=1.0)
+    prefix_padding_ms: int = Field(300, ge=0, le=5000)
+    silence_duration_ms: int = Field(500, ge=100, le=10_000)
+    interrupt_response: bool = True
+
+
 class SessionConfig(BaseModel):
     """`session.config`: the reference's StreamingVideoSessionConfig plus `sample_fps` and `audio_events`."""
 
@@ -67,6 +79,7 @@ class SessionConfig(BaseModel):
     frame_filter_threshold: float = Field(0.95, ge=0.0, le=1.0)
     sample_fps: float = Field(2.0, gt=0.0, le=60.0)
     audio_events: bool = False
+    turn_detection: TurnDetection | None = None
 
     # EVS threshold applied to camera-track frames when the client did not choose one. 0.95 keeps a
     # frame only when its RMS difference exceeds ~57 of 255, which freezes a quiet webcam scene; 0.99
@@ -165,6 +178,16 @@ class AudioDone(ServerEvent):
 class ResponseCancelled(ServerEvent):
     type: ClassVar[str] = "response.cancelled"
     request_id: str
+
+
+class SpeechStartedEvent(ServerEvent):
+    type: ClassVar[str] = "input_audio.speech_started"
+    audio_start_ms: float
+
+
+class SpeechStoppedEvent(ServerEvent):
+    type: ClassVar[str] = "input_audio.speech_stopped"
+    audio_end_ms: float
 
 
 class SessionDone(ServerEvent):

@@ -36,10 +36,14 @@ from ..engines.base import (
     UnderstandOutput,
     UnderstandTurn,
 )
+from ..media.echo import EchoReference
 from ..media.evs import FrameSimilarityFilter
+from ..media.vad import SpeechStarted, SpeechStopped
 from ..protocol import understand as proto
 from ..tasks import TaskSet
+from .audio_buffer import AudioBuffer
 from .frame_buffer import BufferedFrame, FrameBuffer
+from .turn_taking import EchoIgnored, ServerVad
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +58,8 @@ SessionState = Literal["configuring", "active", "finishing", "closed"]
 
 class Talker(Protocol):
     """Where the session's speech goes (the outgoing RTP audio track)."""
+
+    echo: EchoReference  # what it played recently, so its echo can be told from a person
 
     async def write(self, samples: np.ndarray) -> None: ...
 
@@ -142,7 +148,8 @@ class UnderstandSession:
         self._track_filter: FrameSimilarityFilter | None = None
         self._latest_track_frame: _PendingFrame | None = None
         self._track_frame_seq = 0
-        self._audio = bytearray()
+        self._audio = AudioBuffer(proto.MAX_AUDIO_BUFFER_BYTES)
+        self._server_vad: ServerVad | None = None
         self._history: deque[dict[str, Any]] = deque(maxlen=MAX_HISTORY_MESSAGES)
         self._turn: _Turn | None = None
         self._tasks = TaskSet()
@@ -263,6 +270,12 @@ class UnderstandSession:
 
     async def _handle(self, msg: dict[str, Any]) -> bool:
         msg_type = msg.get("type")
+        if msg_type == "_internal.vad_turn":  # only the server queues these (clients' are refused)
+            await self._start_turn("", audio=msg["audio"], speech_ms=msg["speech_ms"])
+            return False
+        if msg_type == "_internal.barge_in":
+            await self._cancel_turn(notify=True)
+            return False
         if msg_type == "session.config":
             self._handle_config(msg)
             return False
@@ -297,7 +310,14 @@ class UnderstandSession:
         self._apply_config(config, explicit=True)
 
     def _apply_config(self, config: proto.SessionConfig, *, explicit: bool) -> None:
+        if not explicit and self.settings.turn_detection == "server_vad":
+            config.turn_detection = proto.TurnDetection()
         self.config = config
+        self._server_vad = (
+            ServerVad(config.turn_detection, self.talker.echo if self.talker is not None else None)
+            if config.turn_detection is not None
+            else None
+        )
         self._explicit_config = explicit
         self._frames.max_frames = config.max_frames
         self._dc_filter = FrameSimilarityFilter(config.frame_filter_threshold) if config.enable_frame_filter else None
@@ -405,11 +425,36 @@ class UnderstandSession:
         self._emit(ack)
 
     def _append_audio(self, pcm16: bytes) -> None:
-        if len(self._audio) + len(pcm16) > proto.MAX_AUDIO_BUFFER_BYTES:
-            self._audio.clear()
+        if not self._audio.append(pcm16):
             self._error(proto.AUDIO_BUFFER_OVERFLOW)
-            return
-        self._audio.extend(pcm16)
+        if self._server_vad is not None:
+            for event in self._server_vad.feed(pcm16):
+                self._on_turn_taking(event)
+
+    def _on_turn_taking(self, event: SpeechStarted | SpeechStopped | EchoIgnored) -> None:
+        """Server VAD: announce speech, barge in on the talker, and start a turn when speech ends."""
+        assert self.config is not None and self.config.turn_detection is not None
+        detection = self.config.turn_detection
+        if isinstance(event, SpeechStarted):
+            self._emit(proto.SpeechStartedEvent(audio_start_ms=event.audio_start_ms))
+            if detection.interrupt_response and self._turn is not None:
+                self._enqueue_internal({"type": "_internal.barge_in"})
+        elif isinstance(event, SpeechStopped):
+            self._emit(proto.SpeechStoppedEvent(audio_end_ms=event.audio_end_ms))
+            if not event.is_speech:
+                self._audio.drop_until(event.audio_end_ms)
+                return
+            start = event.audio_start_ms - detection.prefix_padding_ms
+            audio = self._audio.take_range(start, event.audio_end_ms)
+            self._enqueue_internal({"type": "_internal.vad_turn", "audio": audio, "speech_ms": event.duration_ms})
+        else:
+            self._audio.drop_until(event.audio_end_ms)
+
+    def _enqueue_internal(self, msg: dict[str, Any]) -> None:
+        try:
+            self._queue.put_nowait(msg)
+        except asyncio.QueueFull:
+            self._error(proto.MESSAGE_QUEUE_FULL)
 
     def add_track_audio(self, pcm16: bytes) -> None:
         if self.state != "active":
@@ -431,18 +476,21 @@ class UnderstandSession:
 
     async def _handle_query(self, msg: dict[str, Any]) -> None:
         self._handle_audio_chunk(msg.get("audio_data"))
+        text = msg.get("text", "")
+        await self._start_turn(text if isinstance(text, str) else str(text), audio=None, speech_ms=None)
+
+    async def _start_turn(self, query: str, audio: bytes | None, speech_ms: float | None) -> None:
+        """Interrupt any active turn, then answer from the buffers (or the given speech segment)."""
         await self._cancel_turn(notify=True)
         if len(self._frames) == 0:
             self._error(proto.NO_FRAMES_BUFFERED)
             return
-        text = msg.get("text", "")
         turn = _Turn(request_id=f"video-{uuid.uuid4().hex[:12]}")
         frames = self._turn_frames()
-        audio = bytes(self._audio)
-        self._audio.clear()
+        audio = self._audio.take_all() if audio is None else audio
         self._turn = turn
         self.counters.turns_started += 1
-        turn.task = self._tasks.spawn(self._run_turn(turn, frames, audio, text if isinstance(text, str) else str(text)))
+        turn.task = self._tasks.spawn(self._run_turn(turn, frames, audio, query, speech_ms))
 
     def _turn_frames(self) -> list[BufferedFrame]:
         """The reference's sample of the buffer, with the newest camera frame always current.
@@ -505,7 +553,9 @@ class UnderstandSession:
         finally:
             await stream.aclose()  # type: ignore[attr-defined]
 
-    async def _run_turn(self, turn: _Turn, frames: list[BufferedFrame], audio: bytes, query: str) -> None:
+    async def _run_turn(
+        self, turn: _Turn, frames: list[BufferedFrame], audio: bytes, query: str, speech_ms: float | None
+    ) -> None:
         assert self.config is not None
         config = self.config
         request_id = turn.request_id
@@ -521,6 +571,7 @@ class UnderstandSession:
                 history=list(self._history),
                 system_prompt=config.system_prompt,
                 modalities=tuple(config.modalities),
+                speech_ms=speech_ms,
             )
             consumed_pending = any(f.has_id for f in frames)
             async for output in self._outputs(engine_turn):
@@ -618,7 +669,10 @@ class UnderstandSession:
             "frames_filtered": c.frames_filtered,
             "frames_buffered": len(self._frames),
             "frames_evicted": c.frames_evicted,
-            "audio_ms_buffered": round(len(self._audio) / 2 / 16.0, 1),
+            "audio_ms_buffered": round(self._audio.duration_ms, 1),
+            "turn_detection": self.config.turn_detection.type
+            if self.config is not None and self.config.turn_detection is not None
+            else None,
             "turns_started": c.turns_started,
             "turns_completed": c.turns_completed,
             "turns_cancelled": c.turns_cancelled,

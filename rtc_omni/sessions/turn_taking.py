@@ -1,0 +1,81 @@
+"""Server turn detection: speech start and stop from the microphone, with echo kept out.
+
+Wraps the VAD (media/vad.py) with the session's policy: a segment that starts while the talker is
+audible and matches what it played (media/echo.py) is the talker's own echo and is ignored; it is
+checked again every 100 ms, so a person who starts talking over the echo is still heard.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..media.echo import MAX_DELAY_S, EchoReference
+from ..media.vad import SpeechStarted, SpeechStopped, VoiceActivityDetector
+from ..protocol.understand import TurnDetection
+
+ECHO_PROBE_MS = 300
+ECHO_RECHECK_MS = 100
+QUIET_RMS = 0.005
+
+
+@dataclass(frozen=True)
+class EchoIgnored:
+    """A segment that was only the talker's echo ended; its audio is of no use."""
+
+    audio_end_ms: float
+
+
+TurnTakingEvent = SpeechStarted | SpeechStopped | EchoIgnored
+
+
+class ServerVad:
+    """Feeds the VAD and filters its segments through the echo check."""
+
+    def __init__(self, config: TurnDetection, echo: EchoReference | None) -> None:
+        self.config = config
+        self.echo = echo
+        self.vad = VoiceActivityDetector(config.threshold, config.silence_duration_ms)
+        self._recent = bytearray()  # the last ECHO_PROBE_MS of microphone audio
+        self._echo_segment = False
+        self._next_recheck_ms = 0.0
+        self._started_ms = 0.0  # where the reported segment began (later than the VAD's after echo)
+
+    def feed(self, pcm16: bytes) -> list[TurnTakingEvent]:
+        self._recent.extend(pcm16)
+        del self._recent[: max(0, len(self._recent) - ECHO_PROBE_MS * 32)]
+        events: list[TurnTakingEvent] = []
+        for event in self.vad.feed(pcm16):
+            if isinstance(event, SpeechStarted):
+                if self._sounds_like_echo():
+                    self._echo_segment = True
+                    self._next_recheck_ms = self.vad.position_ms + ECHO_RECHECK_MS
+                else:
+                    self._started_ms = event.audio_start_ms
+                    events.append(event)
+            elif self._echo_segment:
+                self._echo_segment = False
+                events.append(EchoIgnored(event.audio_end_ms))
+            else:
+                is_speech = event.is_speech and event.audio_end_ms > self._started_ms
+                events.append(SpeechStopped(self._started_ms, event.audio_end_ms, is_speech))
+        if self._echo_segment and self.vad.in_speech and self.vad.position_ms >= self._next_recheck_ms:
+            self._next_recheck_ms = self.vad.position_ms + ECHO_RECHECK_MS
+            if not self._sounds_like_echo():  # someone is talking over the echo
+                self._echo_segment = False
+                self._started_ms = max(0.0, self.vad.position_ms - ECHO_PROBE_MS)
+                events.append(SpeechStarted(self._started_ms))
+        return events
+
+    def _sounds_like_echo(self) -> bool:
+        if self.echo is None:
+            return False
+        now = time.monotonic()
+        if not self.echo.audible_since(now - MAX_DELAY_S - ECHO_PROBE_MS / 1000):
+            return False
+        mic = np.frombuffer(bytes(self._recent), dtype="<i2").astype(np.float32) / 32768.0
+        if float(np.sqrt(np.mean(mic * mic))) < QUIET_RMS:
+            return True  # a pause inside an echo segment: nothing new to hear yet
+        return self.echo.is_echo(mic, now)
