@@ -97,7 +97,9 @@ export class GenerateView {
         this.started = true;
         const config = message.config || {};
         if (config.num_frames) this.requested = config.num_frames;
-        this.status(`Generating ${this.requested || "?"} frames of ${config.width}x${config.height} at ${config.fps} fps…`);
+        const size = config.size || (config.width && config.height ? `${config.width}x${config.height}` : "default size");
+        const frames = this.requested ? `${this.requested} frames` : "the default number of frames";
+        this.status(`Generating ${frames} of ${size} at ${config.fps || "default"} fps…`);
         this.log(`Started ${message.request_id}`);
         this.setInteractive(true);
         break;

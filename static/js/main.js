@@ -44,5 +44,7 @@ function setupToken() {
 
 setupTabs();
 setupToken();
+// At phone width the settings start folded, so the conversation is one scroll away.
+if (window.matchMedia("(max-width: 760px)").matches) document.querySelector("details.settings").open = false;
 // Exposed for debugging from the console (and for the browser tests).
 window.rtcOmni = { talk: new TalkView(), generate: new GenerateView() };

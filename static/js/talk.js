@@ -228,7 +228,9 @@ export class TalkView {
     $("talk-apply").hidden = true;
     $("talk-settings-state").textContent = "Applying…";
     this.session.send({ type: "session.config", ...this.config() });
-    this.ping(); // the pong after the config says it applied, an error before it says why not
+    // The pong after the config says it applied; an error before it says why not.
+    this.pingSentAt = performance.now();
+    this.session.send({ type: "ping" });
   }
 
   // ---- turns ------------------------------------------------------------------------------
@@ -315,6 +317,11 @@ export class TalkView {
 
   onError(message, turn) {
     const text = message.message || "unknown error";
+    if (this.configState === "rejected" && text.startsWith("Expected session.config")) {
+      // The ping sent behind a rejected config: the server still waits for a valid one.
+      this.pingSentAt = null;
+      return;
+    }
     if (this.configState === "pending") {
       this.configState = "rejected";
       this.notice.show(`The server rejected the settings: ${text}`);
@@ -387,7 +394,8 @@ export class TalkView {
   // ---- HUD --------------------------------------------------------------------------------
 
   ping() {
-    if (!this.session || this.pingSentAt != null) return;
+    // Before a config applied, the server reads every message as a session.config attempt.
+    if (!this.session || this.pingSentAt != null || this.configState !== "applied") return;
     this.pingSentAt = performance.now();
     this.session.send({ type: "ping" });
   }
