@@ -11,9 +11,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-from playwright.async_api import Page, expect
+import pytest
 
-from .conftest import CAMERA_COLOUR, MIC_TONE_HZ, PageFactory
+from .conftest import CAMERA_COLOUR, MIC_TONE_HZ, PageFactory, under_ci
+
+try:
+    from playwright.async_api import Page, expect
+except ImportError:
+    if under_ci():
+        raise  # under CI a missing playwright fails the run
+    pytest.skip("the playwright package is not installed (pip install -e '.[test]')", allow_module_level=True)
 
 INBOUND_STATS = """async ([view, kind]) => {
   const session = window.rtcOmni[view].session;
