@@ -221,3 +221,18 @@ async def test_generate_plays_the_video_and_takes_a_prompt_change(
     await expect(link).to_be_visible(timeout=10_000)
     assert (await link.get_attribute("href") or "").startswith("blob:")
     await screenshot(page, artifacts, "generate-done.png")
+
+
+async def test_a_refused_camera_says_so(make_server: Any, open_page: PageFactory) -> None:
+    server = await make_server()
+    page = await open_page(server.url)
+    # As if the user clicked "Block" on the permission prompt.
+    await page.evaluate(
+        """() => { navigator.mediaDevices.getUserMedia = () =>
+             Promise.reject(new DOMException("Permission denied", "NotAllowedError")); }"""
+    )
+    await page.get_by_role("button", name="Connect", exact=True).click()
+    notice = page.locator("#talk-notice")
+    await expect(notice).to_contain_text("Camera or microphone access was refused", timeout=10_000)
+    await expect(page.get_by_role("button", name="Connect", exact=True)).to_be_enabled()
+    await expect(page.locator("#hud-state")).to_have_text("not connected")
