@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from aiohttp import web
 
@@ -16,6 +17,10 @@ from .signaling.keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 
 logger = logging.getLogger(__name__)
 
+# The browser client (plain HTML, CSS and JS modules) lives in the repository's top-level static/
+# folder, found from this package so that it works from any working directory.
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+
 
 async def healthz(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
@@ -28,6 +33,19 @@ async def healthz(request: web.Request) -> web.Response:
             "sessions": len(request.app[REGISTRY]),
         }
     )
+
+
+async def index(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+def add_browser_client(app: web.Application) -> None:
+    """`GET /` serves the browser page, `/static/` its assets (skipped when static/ is absent)."""
+    if not (STATIC_DIR / "index.html").is_file():
+        logger.info("no browser client at %s; / is not served", STATIC_DIR)
+        return
+    app.router.add_get("/", index)
+    app.router.add_static("/static/", STATIC_DIR)
 
 
 async def _close_sessions(app: web.Application) -> None:
@@ -49,6 +67,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> web.Applic
     app[RECORDINGS] = RecordingStore(settings.recording_dir, settings.max_recordings)
     app.router.add_get("/healthz", healthz)
     offer.add_routes(app)
+    add_browser_client(app)
     app.on_shutdown.append(_close_sessions)
     app.on_cleanup.append(_close_engines)
     return app

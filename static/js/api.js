@@ -1,0 +1,102 @@
+// HTTP side of the server: auth header, ICE servers, the offer, session stats, the recording.
+// Every URL is relative to the page, so the client also works behind a path prefix.
+
+let token = "";
+
+export function setToken(value) {
+  token = value.trim();
+}
+
+function headers(extra = {}) {
+  return token ? { ...extra, Authorization: `Bearer ${token}` } : extra;
+}
+
+function url(path) {
+  return new URL(path, document.baseURI).toString();
+}
+
+/** Why a response failed, in words: the server's JSON `error` if it sent one. */
+async function describeFailure(response) {
+  let detail = "";
+  try {
+    const body = await response.json();
+    detail = body && body.error ? body.error : JSON.stringify(body);
+  } catch {
+    detail = response.statusText;
+  }
+  if (response.status === 401 || response.status === 403) {
+    return `The server refused the request (HTTP ${response.status}): ${detail}. Check the access token.`;
+  }
+  return `HTTP ${response.status}: ${detail}`;
+}
+
+export class ServerError extends Error {}
+
+/** ICE servers from `/v1/ice-servers` when the server has that endpoint, else none (loopback, LAN). */
+export async function iceServers(timeoutMs = 3000) {
+  try {
+    const response = await fetch(url("v1/ice-servers"), {
+      headers: headers(),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    if (!response.ok || !(response.headers.get("content-type") || "").includes("json")) return [];
+    const body = await response.json();
+    const list = Array.isArray(body) ? body : body.iceServers || body.ice_servers || [];
+    return Array.isArray(list) ? list : [];
+  } catch {
+    return [];
+  }
+}
+
+/** POST the offer; returns {sdp, type, session_id} or throws ServerError with the server's reason. */
+export async function postOffer(sdp, kind, timeoutMs = 15000) {
+  let response;
+  try {
+    response = await fetch(url("v1/rtc/offer"), {
+      method: "POST",
+      headers: headers({ "Content-Type": "application/json" }),
+      body: JSON.stringify({ sdp, type: "offer", kind }),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+  } catch (error) {
+    throw new ServerError(`Could not reach the server: ${error.message}`);
+  }
+  if (!response.ok) throw new ServerError(await describeFailure(response));
+  return response.json();
+}
+
+/** The server's stats for a session (GET /v1/rtc/sessions/{id}), or null when unavailable. */
+export async function sessionStats(sessionId) {
+  try {
+    const response = await fetch(url(`v1/rtc/sessions/${encodeURIComponent(sessionId)}`), {
+      headers: headers(),
+      signal: AbortSignal.timeout(3000),
+    });
+    return response.ok ? await response.json() : null;
+  } catch {
+    return null;
+  }
+}
+
+/** End a session on the server (best effort: closing the peer connection ends it too). */
+export async function deleteSession(sessionId) {
+  try {
+    await fetch(url(`v1/rtc/sessions/${encodeURIComponent(sessionId)}`), {
+      method: "DELETE",
+      headers: headers(),
+      signal: AbortSignal.timeout(3000),
+    });
+  } catch {
+    // the server closes the session when the peer connection goes away
+  }
+}
+
+/** The session's MP4 recording as a Blob; throws ServerError when there is none. */
+export async function fetchRecording(sessionId) {
+  const response = await fetch(url(`v1/rtc/sessions/${encodeURIComponent(sessionId)}/recording`), {
+    headers: headers(),
+    signal: AbortSignal.timeout(30000),
+  });
+  if (!response.ok) throw new ServerError(await describeFailure(response));
+  return response.blob();
+}

@@ -1,0 +1,255 @@
+// The Generate view: a generation session (prompt in, generated video out on an RTP track).
+
+import { deleteSession, fetchRecording } from "./api.js";
+import { connectSession } from "./rtc.js";
+import { $, Notice } from "./ui.js";
+
+const PROGRESS_INTERVAL_MS = 250;
+// After session.done the last frames are still in flight and in the jitter buffer.
+const DRAIN_AFTER_DONE_MS = 3000;
+
+export class GenerateView {
+  constructor() {
+    this.notice = new Notice("gen-notice");
+    this.form = $("gen-form");
+    this.video = $("gen-video");
+    this.session = null;
+    this.requested = 0;
+    this.framesDecoded = 0;
+    this.frameSize = null;
+    this.started = false;
+    this.done = null; // the session.done event
+    this.timer = null;
+    this.downloadUrl = null;
+
+    this.form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      this.start();
+    });
+    $("gen-stop").addEventListener("click", () => this.stop());
+    $("gen-change").addEventListener("submit", (event) => {
+      event.preventDefault();
+      this.changePrompt();
+    });
+  }
+
+  request() {
+    const form = this.form.elements;
+    const request = { prompt: form.prompt.value.trim(), size: form.size.value.trim(), record: form.record.checked };
+    for (const name of ["fps", "num_frames", "seed", "num_inference_steps"]) {
+      const value = form[name].value.trim();
+      if (value !== "") request[name] = Number(value);
+    }
+    return request;
+  }
+
+  async start() {
+    this.notice.clear();
+    this.close();
+    this.reset();
+    const request = this.request();
+    this.requested = request.num_frames || 0;
+    this.setBusy(true);
+    this.status("Connecting…");
+    try {
+      this.session = await connectSession("generate", {
+        addMedia: (pc) => pc.addTransceiver("video", { direction: "recvonly" }),
+        onTrack: (event) => {
+          if (event.track.kind === "video") this.video.srcObject = new MediaStream([event.track]);
+        },
+        onMessage: (message) => this.onMessage(message),
+        onState: (state) => this.onConnectionState(state),
+      });
+    } catch (error) {
+      this.notice.show(error.message);
+      this.status("Not connected.");
+      this.setBusy(false);
+      return;
+    }
+    this.status("Starting…");
+    this.session.send({ type: "session.start", ...request });
+    this.timer = setInterval(() => this.updateProgress(), PROGRESS_INTERVAL_MS);
+  }
+
+  stop() {
+    if (this.session && this.started && !this.done) {
+      this.session.send({ type: "session.stop" });
+      this.status("Stopping…");
+    } else {
+      this.close();
+      this.setBusy(false);
+    }
+  }
+
+  changePrompt() {
+    const input = $("gen-new-prompt");
+    const prompt = input.value.trim();
+    if (!prompt || !this.session) return;
+    const eventId = `prompt-${Date.now().toString(36)}`;
+    this.session.send({ type: "session.interaction", interaction: { event_id: eventId, event: { prompt } } });
+    this.log(`Prompt change sent: “${prompt}”`, eventId);
+    input.value = "";
+  }
+
+  onMessage(message) {
+    switch (message.type) {
+      case "video.start": {
+        this.started = true;
+        const config = message.config || {};
+        if (config.num_frames) this.requested = config.num_frames;
+        const size = config.size || (config.width && config.height ? `${config.width}x${config.height}` : "default size");
+        const frames = this.requested ? `${this.requested} frames` : "the default number of frames";
+        this.status(`Generating ${frames} of ${size} at ${config.fps || "default"} fps…`);
+        this.log(`Started ${message.request_id}`);
+        this.setInteractive(true);
+        break;
+      }
+      case "video.chunk_metadata":
+        this.generated = message.last_frame_index + 1;
+        this.log(`Chunk ${message.generation_chunk_index}: frames ${message.first_frame_index}–${message.last_frame_index}`);
+        for (const id of message.started_event_ids || []) this.mark(id, `applied from chunk ${message.generation_chunk_index}`);
+        break;
+      case "session.interaction.queued":
+        this.mark(message.event_id, `acknowledged: applies from chunk ${message.apply_from_chunk}`);
+        break;
+      case "session.done":
+        this.onDone(message);
+        break;
+      case "error":
+        this.onError(message);
+        break;
+      default:
+        break;
+    }
+  }
+
+  onError(message) {
+    const text = message.message || "unknown error";
+    if (message.event_id) this.mark(message.event_id, `refused: ${text}`);
+    this.notice.show(`Server error: ${text}`);
+    if (!this.started) {
+      // The generation never began (a bad request): end this attempt, keep the form for a fix.
+      this.close();
+      this.setBusy(false);
+      this.status("Not started. Fix the request and press Generate again.");
+    }
+  }
+
+  onDone(message) {
+    this.done = message;
+    this.setInteractive(false);
+    $("gen-stop").disabled = true;
+    const how = message.stopped ? "Stopped" : "Done";
+    this.status(`${how}: the server sent ${message.frames} frames in ${message.chunks} chunks.`);
+    this.log(`session.done: ${message.frames} frames, ${message.chunks} chunks${message.stopped ? ", stopped" : ""}`);
+    if (this.form.elements.record.checked && message.frames > 0) this.offerRecording();
+    setTimeout(() => this.finish(), DRAIN_AFTER_DONE_MS);
+  }
+
+  /** After the last frames drained: stop polling, keep the peer so the last frame stays on screen. */
+  finish() {
+    this.updateProgress();
+    clearInterval(this.timer);
+    this.timer = null;
+    $("gen-start").disabled = false;
+  }
+
+  async offerRecording() {
+    try {
+      const blob = await fetchRecording(this.session.sessionId);
+      if (this.downloadUrl) URL.revokeObjectURL(this.downloadUrl);
+      this.downloadUrl = URL.createObjectURL(blob);
+      const link = $("gen-download-link");
+      link.href = this.downloadUrl;
+      link.download = `rtc-omni-${this.session.sessionId}.mp4`;
+      link.textContent = `Download the recording (MP4, ${Math.max(1, Math.round(blob.size / 1024))} KB)`;
+      $("gen-download").hidden = false;
+    } catch (error) {
+      this.notice.show(`The recording is not available: ${error.message}`);
+    }
+  }
+
+  async updateProgress() {
+    if (!this.session) return;
+    let decoded = 0;
+    const report = await this.session.pc.getStats();
+    report.forEach((stat) => {
+      if (stat.type === "inbound-rtp" && stat.kind === "video") {
+        decoded = stat.framesDecoded || 0;
+        if (stat.frameWidth) this.frameSize = `${stat.frameWidth}x${stat.frameHeight}`;
+      }
+    });
+    // The server repeats the last frame once (uncounted) so that it shows: do not count it.
+    this.framesDecoded = this.requested ? Math.min(decoded, this.requested) : decoded;
+    const progress = $("gen-progress");
+    progress.max = this.requested || Math.max(decoded, 1);
+    progress.value = this.framesDecoded;
+    const of = this.requested ? ` of ${this.requested}` : "";
+    const generated = this.generated ? ` · generated ${this.generated}` : "";
+    $("gen-progress-text").textContent = `${this.framesDecoded}${of}${generated}`;
+  }
+
+  onConnectionState(state) {
+    if (state === "failed" && this.session) {
+      this.notice.show("The connection to the server failed (no media path). Press Generate to try again.");
+      this.close();
+      this.setBusy(false);
+      this.status("Connection failed.");
+    }
+  }
+
+  close() {
+    clearInterval(this.timer);
+    this.timer = null;
+    if (this.session) {
+      deleteSession(this.session.sessionId);
+      this.session.pc.close();
+    }
+    this.session = null;
+    this.setInteractive(false);
+  }
+
+  reset() {
+    this.started = false;
+    this.done = null;
+    this.generated = 0;
+    this.framesDecoded = 0;
+    this.video.srcObject = null;
+    $("gen-events").replaceChildren();
+    $("gen-download").hidden = true;
+    $("gen-progress").value = 0;
+    $("gen-progress-text").textContent = "–";
+  }
+
+  setBusy(busy) {
+    $("gen-start").disabled = busy;
+    $("gen-stop").disabled = !busy;
+  }
+
+  setInteractive(on) {
+    $("gen-new-prompt").disabled = !on;
+    $("gen-change-btn").disabled = !on;
+  }
+
+  status(text) {
+    $("gen-status").textContent = text;
+  }
+
+  log(text, eventId) {
+    const item = document.createElement("li");
+    item.textContent = text;
+    if (eventId) {
+      item.dataset.eventId = eventId;
+      const state = document.createElement("span");
+      state.className = "state";
+      state.textContent = " (sent)";
+      item.append(state);
+    }
+    $("gen-events").append(item);
+  }
+
+  mark(eventId, text) {
+    const item = $("gen-events").querySelector(`[data-event-id="${CSS.escape(eventId)}"]`);
+    if (item) item.querySelector(".state").textContent = ` (${text})`;
+  }
+}
