@@ -170,3 +170,29 @@ async def test_unknown_session_kind_is_refused(server: RunningServer, make_clien
     finally:
         await client.close()
     assert len(server.registry) == 0
+
+
+async def test_response_cancel_stops_the_answer_without_a_new_turn(
+    make_server: ServerFactory, make_client: ClientFactory
+) -> None:
+    server = await make_server(synthetic_audio_speed=4.0)
+    client = await make_client(server, colour="red", tone=None, config={})
+    await client.wait_event(where=_accepted)
+    mark = len(client.events)
+    client.send({"type": "response.cancel"})
+    assert (await client.wait_event("error", after=mark))["message"] == "No active response to cancel"
+
+    mark = len(client.events)
+    client.send({"type": "video.query", "text": "talk"})
+    start = await client.wait_event("response.start", after=mark)
+    async with asyncio.timeout(10):
+        while client.recorder.voiced_frames(since=time.monotonic() - 0.1) == 0:
+            await asyncio.sleep(0.02)
+    cancelled_at = time.monotonic()
+    client.send({"type": "response.cancel"})
+    cancelled = await client.wait_event("response.cancelled", after=mark)
+    await asyncio.sleep(1.0)
+    assert cancelled["request_id"] == start["request_id"]
+    assert start["request_id"] in server.engine.recent_aborts
+    assert client.recorder.voiced_frames(cancelled_at + 0.3) == 0
+    assert [e["type"] for e in client.events[mark:]].count("response.start") == 1

@@ -27,6 +27,7 @@ BINARY_NOT_SUPPORTED = "Binary messages are not supported; send JSON text"
 MESSAGE_QUEUE_FULL = "Message queue full; message dropped"
 CONFIG_ALREADY_APPLIED = "session.config was already applied"
 ENGINE_STALLED = "Engine stall timeout: no output"
+NO_ACTIVE_RESPONSE = "No active response to cancel"
 
 
 def expected_config_error(got: Any) -> str:

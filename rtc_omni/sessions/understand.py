@@ -291,6 +291,11 @@ class UnderstandSession:
         elif msg_type == "video.done":
             await self._finish()
             return True
+        elif msg_type == "response.cancel":
+            if self._turn is None:
+                self._error(proto.NO_ACTIVE_RESPONSE)
+            else:
+                await self._cancel_turn(notify=True)
         elif msg_type == "ping":
             self._emit(proto.Pong())
         else:

@@ -251,9 +251,12 @@ export class TalkView {
     const turn = [...this.turns].reverse().find((t) => t.open);
     if (!turn) return;
     turn.setState("interrupted");
-    // The protocol cancels a turn on the server when the next question arrives; until then
-    // its remaining speech is muted here.
-    if (turn.requestId) this.muteUntilRequest = turn.requestId;
+    // The server stops the turn (response.cancel -> response.cancelled); what is already on the
+    // wire is muted here until then.
+    if (turn.requestId) {
+      this.muteUntilRequest = turn.requestId;
+      this.session.send({ type: "response.cancel" });
+    }
     $("talker").muted = true;
     this.pending = this.pending.filter((t) => t !== turn);
   }
