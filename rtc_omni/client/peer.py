@@ -83,12 +83,17 @@ class ControlClient:
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
-    async def connect(self, kind: str | None = None, timeout: float = 10.0) -> None:
-        """Offer, apply the answer, and wait until connected with the DataChannel open."""
+    async def connect(self, kind: str | None = None, timeout: float = 10.0, session_id: str | None = None) -> None:
+        """Offer, apply the answer, and wait until connected with the DataChannel open.
+
+        `kind="control"` with a `session_id` attaches to that running session (e.g. a WHIP publisher's).
+        """
         self._add_transceivers()
         started = time.monotonic()
         await self.pc.setLocalDescription(await self.pc.createOffer())
         offer = {"sdp": self.pc.localDescription.sdp, "type": "offer", "kind": kind or self.kind}
+        if session_id is not None:
+            offer["session_id"] = session_id
         async with aiohttp.ClientSession() as http:
             async with http.post(f"{self.server}/v1/rtc/offer", json=offer, headers=self._headers()) as resp:
                 body = await resp.json()
