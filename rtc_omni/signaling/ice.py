@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 import aioice.ice
 from aiohttp import web
-from aiortc import RTCConfiguration, RTCIceCandidate, RTCIceServer
+from aiortc import RTCConfiguration, RTCIceCandidate, RTCIceServer, RTCIceTransportPolicy
 from aiortc.sdp import SessionDescription
 
 from ..config import Settings
@@ -57,9 +57,10 @@ def ice_servers(urls: Sequence[str], username: str | None = None, credential: st
     return servers
 
 
-def rtc_configuration(servers: list[RTCIceServer]) -> RTCConfiguration:
+def rtc_configuration(servers: list[RTCIceServer], relay_only: bool = False) -> RTCConfiguration:
     """A configuration that never falls back to aiortc's default public STUN server."""
-    return RTCConfiguration(iceServers=list(servers))
+    policy = RTCIceTransportPolicy.RELAY if relay_only else RTCIceTransportPolicy.ALL
+    return RTCConfiguration(iceServers=list(servers), iceTransportPolicy=policy)
 
 
 def turn_rest_credentials(secret: str, name: str, ttl: int, now: float | None = None) -> tuple[str, str]:
