@@ -36,7 +36,10 @@ def free_udp_port() -> int:
 
 @pytest.fixture
 async def coturn(tmp_path: Path) -> AsyncIterator[str]:
-    """A coturn on 127.0.0.1 with the test config; yields its TURN URL."""
+    """A coturn on 127.0.0.1 with the test config; yields its TURN URL.
+
+    Request it before `make_server`, so the server's peers release their allocations while it runs.
+    """
     require_loopback_namespace()
     port = free_udp_port()
     relay_from = 50000 + port % 10000
@@ -113,7 +116,7 @@ async def relay_client(server: RunningServer, servers: list[RTCIceServer]) -> Un
     )
 
 
-async def test_relay_only_client_completes_a_turn_through_coturn(make_server: ServerFactory, coturn: str) -> None:
+async def test_relay_only_client_completes_a_turn_through_coturn(coturn: str, make_server: ServerFactory) -> None:
     server = await make_server(ice_server=[coturn], turn_secret=SECRET)
     publisher, whip_offer = await publisher_offer()
     status, headers, _ = await http_raw(server, "POST", "/whip", data=whip_offer, headers=SDP)
@@ -138,7 +141,7 @@ async def test_relay_only_client_completes_a_turn_through_coturn(make_server: Se
 
 
 @pytest.mark.parametrize("problem", ["wrong", "expired"])
-async def test_bad_turn_credentials_fail_clearly(make_server: ServerFactory, coturn: str, problem: str) -> None:
+async def test_bad_turn_credentials_fail_clearly(coturn: str, make_server: ServerFactory, problem: str) -> None:
     server = await make_server()
     if problem == "wrong":
         username, credential = turn_rest_credentials(SECRET, "user", 600)[0], "not-the-password"
