@@ -11,7 +11,8 @@ from .config import Settings
 from .engines import Engines, create_engines
 from .sessions.recordings import RecordingStore
 from .sessions.registry import SessionRegistry
-from .signaling import offer
+from .signaling import ice, offer, whip
+from .signaling.auth import bearer_auth
 from .signaling.ice import set_host_addresses
 from .signaling.keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 
@@ -60,7 +61,8 @@ async def _close_engines(app: web.Application) -> None:
 def create_app(settings: Settings, engines: Engines | None = None) -> web.Application:
     """Build the server. `engines` overrides the ones the settings name (tests pass their own)."""
     set_host_addresses(None if settings.gather_all_interfaces else settings.ice_address)
-    app = web.Application(client_max_size=offer.MAX_OFFER_BYTES)
+    middlewares = [bearer_auth(settings.auth_token)] if settings.auth_token else []
+    app = web.Application(client_max_size=offer.MAX_OFFER_BYTES, middlewares=middlewares)
     app[SETTINGS] = settings
     app[ENGINES] = engines if engines is not None else create_engines(settings)
     app[REGISTRY] = SessionRegistry(settings.max_sessions)
@@ -68,6 +70,8 @@ def create_app(settings: Settings, engines: Engines | None = None) -> web.Applic
     app.router.add_get("/healthz", healthz)
     offer.add_routes(app)
     add_browser_client(app)
+    whip.add_routes(app)
+    app.router.add_get("/v1/ice-servers", ice.get_ice_servers)
     app.on_shutdown.append(_close_sessions)
     app.on_cleanup.append(_close_engines)
     return app

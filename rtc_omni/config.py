@@ -38,6 +38,17 @@ class Settings(BaseModel):
     )
     ice_username: str | None = Field(None, description="Username for the TURN servers in --ice-server.")
     ice_credential: str | None = Field(None, description="Password for the TURN servers in --ice-server.")
+    ice_public_address: list[str] = Field(
+        default_factory=list,
+        description="Public or 1:1-NAT address advertised first in every answer, as a host candidate on the "
+        "port of the first gathered one (FFmpeg's WHIP muxer uses only the first). Repeat for several.",
+    )
+    turn_secret: str | None = Field(
+        None,
+        description="coturn's static-auth-secret: TURN URLs in --ice-server get ephemeral TURN REST "
+        "credentials (username 'expiry:name', password base64 HMAC-SHA1) instead of --ice-username.",
+    )
+    turn_ttl: int = Field(86400, ge=60, description="Seconds TURN REST credentials stay valid.")
     ice_connect_timeout: float = Field(
         15.0, gt=0, description="Seconds a new session may take to connect before it is closed."
     )
@@ -61,6 +72,11 @@ class Settings(BaseModel):
         ge=1,
         description="Longest video.frame base64 string accepted (the reference's 10 MiB; SCTP further "
         "limits one DataChannel message to 256 KiB).",
+    )
+    auth_token: str | None = Field(
+        None,
+        description="Bearer token every HTTP request must carry (Authorization: Bearer ...), except OPTIONS "
+        "preflights and /healthz. None: no authentication.",
     )
     max_sessions: int = Field(64, ge=1, description="Concurrent sessions; more get 503.")
 

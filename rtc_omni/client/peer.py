@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from aiortc import RTCPeerConnection, RTCRtpReceiver, RTCSessionDescription
+from aiortc import RTCIceServer, RTCPeerConnection, RTCRtpReceiver, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
-from ..signaling.ice import ice_servers, rtc_configuration, set_host_addresses
+from ..signaling.ice import rtc_configuration, set_host_addresses
 from .media import AudioRecorder, VideoReceiver
 
 EventFilter = Callable[[dict[str, Any]], bool]
@@ -54,13 +54,20 @@ class ControlClient:
     kind = "understand"
 
     def __init__(
-        self, server: str, ice_addresses: list[str] | None = None, token: str | None = None, control: bool = True
+        self,
+        server: str,
+        ice_addresses: list[str] | None = None,
+        token: str | None = None,
+        ice_servers: list[RTCIceServer] | None = None,
+        relay_only: bool = False,
+        control: bool = True,
     ) -> None:
+        """`ice_servers` (e.g. from GET /v1/ice-servers) are none by default; `relay_only` uses TURN
+        alone; `control=False` makes a peer without a DataChannel (like a WHIP publisher)."""
         self.server = server.rstrip("/")
         self.token = token
         set_host_addresses(ice_addresses if ice_addresses is not None else ["127.0.0.1"])
-        self.pc = RTCPeerConnection(rtc_configuration(ice_servers([])))
-        # A peer may have no DataChannel at all (like a WHIP publisher); then it only sends media.
+        self.pc = RTCPeerConnection(rtc_configuration(ice_servers or [], relay_only))
         self.channel = self.pc.createDataChannel("control") if control else None
         self.events: list[dict[str, Any]] = []
         self.event_times: list[float] = []
@@ -88,12 +95,20 @@ class ControlClient:
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
-    async def connect(self, kind: str | None = None, timeout: float = 10.0) -> None:
-        """Offer, apply the answer, and wait until connected with the DataChannel open."""
+    async def connect(self, kind: str | None = None, timeout: float = 10.0, session_id: str | None = None) -> None:
+        """Offer, apply the answer, and wait until connected with the DataChannel open.
+
+        `kind="control"` with a `session_id` attaches to that running session (e.g. a WHIP publisher's).
+        """
         self._add_transceivers()
         started = time.monotonic()
         await self.pc.setLocalDescription(await self.pc.createOffer())
+        if "a=candidate:" not in self.pc.localDescription.sdp:
+            # aiortc's sign of an unreachable TURN server or wrong / expired credentials
+            raise ConnectionError("gathered no ICE candidates: check the ICE servers and TURN credentials")
         offer = {"sdp": self.pc.localDescription.sdp, "type": "offer", "kind": kind or self.kind}
+        if session_id is not None:
+            offer["session_id"] = session_id
         async with aiohttp.ClientSession() as http:
             async with http.post(f"{self.server}/v1/rtc/offer", json=offer, headers=self._headers()) as resp:
                 body = await resp.json()
@@ -101,13 +116,17 @@ class ControlClient:
                     raise SignalingError(resp.status, body)
         self.session_id = body["session_id"]
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
-        async with asyncio.timeout(timeout):
-            while not (
-                self.pc.connectionState == "connected" and (self.channel is None or self.channel.readyState == "open")
-            ):
-                if self.pc.connectionState in ("failed", "closed"):
-                    raise ConnectionError(f"peer connection {self.pc.connectionState}")
-                await asyncio.sleep(0.01)
+        try:
+            async with asyncio.timeout(timeout):
+                while not (
+                    self.pc.connectionState == "connected"
+                    and (self.channel is None or self.channel.readyState == "open")
+                ):
+                    if self.pc.connectionState in ("failed", "closed"):
+                        raise ConnectionError(f"peer connection {self.pc.connectionState}")
+                    await asyncio.sleep(0.01)
+        except TimeoutError:
+            raise ConnectionError(f"not connected within {timeout} s (ICE {self.pc.iceConnectionState})") from None
         self.connect_seconds = time.monotonic() - started
 
     def send(self, message: dict[str, Any] | str) -> None:
@@ -147,9 +166,11 @@ class UnderstandClient(ControlClient):
         receive_audio: bool = True,
         ice_addresses: list[str] | None = None,
         token: str | None = None,
+        ice_servers: list[RTCIceServer] | None = None,
+        relay_only: bool = False,
         control: bool = True,
     ) -> None:
-        super().__init__(server, ice_addresses, token, control)
+        super().__init__(server, ice_addresses, token, ice_servers, relay_only, control)
         self.video, self.audio = video, audio
         self.receive_audio = receive_audio
         self.recorder: AudioRecorder | None = None
@@ -232,8 +253,10 @@ class GenerateClient(ControlClient):
         out_path: str | None = None,
         ice_addresses: list[str] | None = None,
         token: str | None = None,
+        ice_servers: list[RTCIceServer] | None = None,
+        relay_only: bool = False,
     ) -> None:
-        super().__init__(server, ice_addresses, token)
+        super().__init__(server, ice_addresses, token, ice_servers, relay_only)
         self.video_codec = video_codec
         self.out_path = out_path
         self.receiver: VideoReceiver | None = None

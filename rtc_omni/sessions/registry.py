@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 
@@ -32,6 +33,9 @@ class SessionRegistry:
 
     def __len__(self) -> int:
         return len(self._sessions)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._sessions))
 
     def __contains__(self, session_id: str) -> bool:
         return session_id in self._sessions

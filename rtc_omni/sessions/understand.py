@@ -314,6 +314,11 @@ class UnderstandSession:
             return
         self._apply_config(config, explicit=True)
 
+    def use_default_config(self) -> None:
+        """Take media at once with the defaults (a WHIP publisher never configures); one explicit
+        `session.config`, from a controller, may still follow."""
+        self._apply_config(proto.SessionConfig(), explicit=False)
+
     def _apply_config(self, config: proto.SessionConfig, *, explicit: bool) -> None:
         if not explicit and self.settings.turn_detection == "server_vad":
             config.turn_detection = proto.TurnDetection()

@@ -1,6 +1,7 @@
 """JSON signaling: `POST /v1/rtc/offer`, and stats / teardown of a session by id.
 
-Handlers stay thin: parse and validate, call into the session layer, serialise.
+Handlers stay thin: parse and validate, call into the session layer, serialise. `open_session`
+and `parse_sdp` are shared with the WHIP and WHEP endpoints.
 """
 
 from __future__ import annotations
@@ -15,25 +16,29 @@ from pydantic import BaseModel, ValidationError
 
 from ..sessions.registry import SessionLimitReached, new_session_id
 from .keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
-from .peer import OfferRejected, PeerSession
+from .peer import OfferRejected, PeerSession, TooManyPeers
 
 logger = logging.getLogger(__name__)
 
 MAX_OFFER_BYTES = 256 * 1024
+RETRY_AFTER_S = "5"
+CONTROL_KIND = "control"
+OFFER_FAILURES = (OfferRejected, ValueError, RuntimeError)  # what accepting an unusable offer raises
 
 
 class OfferRequest(BaseModel):
     sdp: str
     type: Literal["offer"]
     kind: str = "understand"
+    session_id: str | None = None  # the session a "control" peer attaches to
 
 
 def json_error(status: int, message: str, **headers: str) -> web.Response:
     return web.json_response({"error": message}, status=status, headers=headers or None)
 
 
-def _parse_sdp(sdp: str) -> str | None:
-    """Why the SDP is unusable, or None if aiortc can parse it."""
+def parse_sdp(sdp: str) -> SessionDescription | str:
+    """The parsed SDP, or why it is unusable."""
     if not sdp.strip().startswith("v=0"):
         return "SDP must start with v=0"
     try:
@@ -42,12 +47,52 @@ def _parse_sdp(sdp: str) -> str | None:
         return f"unparsable SDP: {exc}"
     if not parsed.media:
         return "SDP has no media sections"
-    return None
+    return parsed
+
+
+def session_limit_error(exc: Exception) -> web.Response:
+    return json_error(503, str(exc), **{"Retry-After": RETRY_AFTER_S})
+
+
+async def open_session(
+    app: web.Application, kind: str, sdp: str, ingest_only: bool = False
+) -> tuple[PeerSession, RTCSessionDescription]:
+    """Create a registered session from an offer and answer it.
+
+    Raises SessionLimitReached at --max-sessions, or one of OFFER_FAILURES (the session is then
+    already closed and forgotten).
+    """
+    registry = app[REGISTRY]
+    registry.check_capacity()
+    session_id = new_session_id()
+
+    async def forget(_peer: PeerSession) -> None:
+        registry.remove(session_id)
+
+    peer = PeerSession(
+        session_id,
+        kind,
+        app[SETTINGS],
+        app[ENGINES],
+        on_closed=forget,
+        recordings=app[RECORDINGS],
+        ingest_only=ingest_only,
+    )
+    registry.add(peer)
+    try:
+        answer = await peer.accept(RTCSessionDescription(sdp=sdp, type="offer"))
+    except OFFER_FAILURES:
+        await peer.close()
+        raise
+    return peer, answer
+
+
+def find_peer_session(request: web.Request, session_id: str) -> PeerSession | None:
+    session = request.app[REGISTRY].get(session_id)
+    return session if isinstance(session, PeerSession) else None
 
 
 async def post_offer(request: web.Request) -> web.Response:
-    settings = request.app[SETTINGS]
-    registry = request.app[REGISTRY]
     if request.content_length is not None and request.content_length > MAX_OFFER_BYTES:
         return json_error(413, f"offer larger than {MAX_OFFER_BYTES} bytes")
     try:
@@ -59,31 +104,39 @@ async def post_offer(request: web.Request) -> web.Response:
     except ValidationError as exc:
         return json_error(400, f"invalid offer: {exc.errors(include_url=False)}")
     engines = request.app[ENGINES]
-    if offer.kind not in engines.kinds:
-        served = " and ".join(repr(k) for k in engines.kinds)
+    if offer.kind not in (*engines.kinds, CONTROL_KIND):
+        served = " and ".join(repr(k) for k in (*engines.kinds, CONTROL_KIND))
         return json_error(400, f"unknown session kind {offer.kind!r}; this server offers {served}")
-    problem = _parse_sdp(offer.sdp)
-    if problem is not None:
-        return json_error(400, problem)
+    parsed = parse_sdp(offer.sdp)
+    if isinstance(parsed, str):
+        return json_error(400, parsed)
+    if offer.kind == CONTROL_KIND:
+        return await _attach_controller(request, offer)
     try:
-        registry.check_capacity()
+        peer, answer = await open_session(request.app, offer.kind, offer.sdp)
     except SessionLimitReached as exc:
-        return json_error(503, str(exc), **{"Retry-After": "5"})
-
-    session_id = new_session_id()
-
-    async def forget(_peer: PeerSession) -> None:
-        registry.remove(session_id)
-
-    peer = PeerSession(session_id, offer.kind, settings, engines, on_closed=forget, recordings=request.app[RECORDINGS])
-    registry.add(peer)
-    try:
-        answer = await peer.accept(RTCSessionDescription(sdp=offer.sdp, type="offer"))
-    except (OfferRejected, ValueError, RuntimeError) as exc:
+        return session_limit_error(exc)
+    except OFFER_FAILURES as exc:
         logger.info("offer rejected: %s", exc)
-        await peer.close()
         return json_error(400, f"cannot answer this offer: {exc}")
-    return web.json_response({"sdp": answer.sdp, "type": answer.type, "session_id": session_id})
+    return web.json_response({"sdp": answer.sdp, "type": answer.type, "session_id": peer.session_id})
+
+
+async def _attach_controller(request: web.Request, offer: OfferRequest) -> web.Response:
+    """kind "control": a DataChannel on a running session, plus its outgoing media if offered."""
+    if offer.session_id is None:
+        return json_error(400, 'kind "control" needs the session_id of a running session')
+    peer = find_peer_session(request, offer.session_id)
+    if peer is None:
+        return json_error(404, "no such session")
+    try:
+        answer = await peer.attach(RTCSessionDescription(sdp=offer.sdp, type="offer"), "controller")
+    except TooManyPeers as exc:
+        return session_limit_error(exc)
+    except OFFER_FAILURES as exc:
+        logger.info("controller offer rejected: %s", exc)
+        return json_error(400, f"cannot answer this offer: {exc}")
+    return web.json_response({"sdp": answer.sdp, "type": answer.type, "session_id": peer.session_id})
 
 
 async def get_session(request: web.Request) -> web.Response:

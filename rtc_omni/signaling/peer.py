@@ -1,9 +1,11 @@
-"""The WebRTC transport of a session: one RTCPeerConnection bound to one session of either kind.
+"""The WebRTC transport of a session: peer connections bound to one session of either kind.
 
-It turns the `control` DataChannel into `receive_text` calls and events back into JSON text,
-drains incoming tracks (into the session when it takes media, media/ingest.py), attaches the
-session's outgoing track (talker audio or generated video) to the answer, and closes everything
-when the peer goes away or never connects.
+`PeerSession` owns the session and the peer connection that created it (a JSON offer or a WHIP
+publisher). It turns every `control` DataChannel into `receive_text` calls and fans events back
+out as JSON text, drains incoming tracks (into the session when it takes media, media/ingest.py),
+serves the session's outgoing track (talker audio or generated video) through one MediaRelay, and
+closes everything when the peer goes away or never connects. `AttachedPeer` is a further peer
+connection on a running session: a controller (DataChannel plus outgoing media) or a WHEP viewer.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import json
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from aiortc import RTCDataChannel, RTCPeerConnection, RTCSessionDescription
+from aiortc.contrib.media import MediaRelay
 from aiortc.mediastreams import MediaStreamTrack
 
 from ..config import Settings
@@ -27,12 +30,13 @@ from ..sessions.generate import GenerateSession
 from ..sessions.recordings import RecordingStore
 from ..sessions.understand import UnderstandSession
 from ..tasks import TaskSet
-from .ice import ice_servers, rtc_configuration
+from .ice import advertise_public_addresses, configured_ice_servers, rtc_configuration
 
 logger = logging.getLogger(__name__)
 
 CONTROL_LABEL = "control"
-MAX_PENDING_EVENTS = 256  # events emitted before the DataChannel opens; the oldest go first
+MAX_PENDING_EVENTS = 256  # events emitted before any DataChannel opens; the oldest go first
+MAX_ATTACHED_PEERS = 16  # controllers and viewers per session
 SESSION_KINDS = ("understand", "generate")
 CHANNEL_DRAIN_S = 1.0
 
@@ -41,8 +45,136 @@ class OfferRejected(Exception):
     """The offer cannot carry this kind of session."""
 
 
-class PeerSession:
-    """A session of either kind reached over one peer connection."""
+class TooManyPeers(Exception):
+    """The session already has MAX_ATTACHED_PEERS controllers and viewers."""
+
+
+class ControlReceiver(Protocol):
+    """What a `control` DataChannel feeds: either session kind."""
+
+    def receive_text(self, raw: str) -> None: ...
+
+    def receive_binary(self, data: bytes) -> None: ...
+
+
+class ControlChannels:
+    """The `control` DataChannels bound to one session; events fan out to every open one.
+
+    Until one is open, events wait in a bounded queue (the oldest dropped) and go to the first
+    channel that opens: a WHIP publisher has no channel, so its controller gets what came before.
+    """
+
+    def __init__(self) -> None:
+        self._channels: list[RTCDataChannel] = []
+        self._pending: deque[str] = deque(maxlen=MAX_PENDING_EVENTS)
+
+    def attach(self, channel: RTCDataChannel, receiver: ControlReceiver) -> None:
+        self._channels.append(channel)
+
+        @channel.on("message")
+        def on_message(message: str | bytes) -> None:
+            if isinstance(message, str):
+                receiver.receive_text(message)
+            else:
+                receiver.receive_binary(message)
+
+        @channel.on("open")
+        def on_open() -> None:
+            self._flush()
+
+        @channel.on("close")
+        def on_close() -> None:
+            if channel in self._channels:
+                self._channels.remove(channel)
+
+        self._flush()
+
+    def send(self, event: dict[str, Any]) -> None:
+        self._pending.append(json.dumps(event, separators=(",", ":")))
+        self._flush()
+
+    def _flush(self) -> None:
+        open_channels = [c for c in self._channels if c.readyState == "open"]
+        while open_channels and self._pending:
+            text = self._pending.popleft()
+            for channel in open_channels:
+                channel.send(text)
+
+    async def drain(self, timeout: float) -> None:
+        """Give the last events (an error, session.done) a moment to leave before the close."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while any(c.readyState == "open" and c.bufferedAmount > 0 for c in self._channels):
+            if loop.time() > deadline:
+                break
+            await asyncio.sleep(0.01)
+
+
+class _PeerLink:
+    """One server-side RTCPeerConnection: answers with all its candidates, and closes when the peer
+    fails, leaves, or does not connect within --ice-connect-timeout."""
+
+    def __init__(self, name: str, settings: Settings) -> None:
+        self.name = name
+        self.settings = settings
+        self.pc = RTCPeerConnection(rtc_configuration(configured_ice_servers(settings)))
+        self.pc.on("connectionstatechange", self._on_connection_state)
+        self.pc.on("datachannel", self._on_datachannel)
+        self._has_channel = False
+        self._tasks = TaskSet()
+        self._closing: asyncio.Task[None] | None = None
+        self.closed = asyncio.Event()
+
+    async def _answer(self) -> RTCSessionDescription:
+        await self.pc.setLocalDescription(await self.pc.createAnswer())
+        sdp = self.pc.localDescription.sdp
+        if "a=candidate:" not in sdp:
+            raise RuntimeError("the server's ICE agent gathered no candidates; check --ice-address and --ice-server")
+        self._tasks.spawn(self._connect_deadline())
+        return RTCSessionDescription(advertise_public_addresses(sdp, self.settings.ice_public_address), "answer")
+
+    def _control(self) -> tuple[ControlChannels, ControlReceiver]:
+        """Where this connection's `control` DataChannel is bound."""
+        raise NotImplementedError
+
+    def _on_datachannel(self, channel: RTCDataChannel) -> None:
+        if channel.label != CONTROL_LABEL or self._has_channel:
+            logger.info("%s: closing unexpected DataChannel %r", self.name, channel.label)
+            channel.close()
+            return
+        self._has_channel = True
+        channels, receiver = self._control()
+        channels.attach(channel, receiver)
+
+    def _offers(self, kind: str) -> bool:
+        return any(t.kind == kind for t in self.pc.getTransceivers())
+
+    async def _on_connection_state(self) -> None:
+        state = self.pc.connectionState
+        logger.info("%s: connection %s", self.name, state)
+        if state in ("failed", "closed"):
+            self._close_soon()
+
+    async def _connect_deadline(self) -> None:
+        await asyncio.sleep(self.settings.ice_connect_timeout)
+        if self.pc.connectionState != "connected":
+            logger.info("%s: not connected after %.1f s, closing", self.name, self.settings.ice_connect_timeout)
+            self._close_soon()
+
+    def _close_soon(self) -> None:
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self.close())
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+class PeerSession(_PeerLink):
+    """A session of either kind and the peer connection that created it.
+
+    `ingest_only` (a WHIP publisher): the answer is recvonly, an understanding session takes media
+    at once with the default config, and control and outgoing media reach only attached peers.
+    """
 
     def __init__(
         self,
@@ -52,13 +184,13 @@ class PeerSession:
         engines: Engines,
         on_closed: Callable[[PeerSession], Awaitable[None] | None],
         recordings: RecordingStore | None = None,
+        ingest_only: bool = False,
     ) -> None:
+        super().__init__(f"session {session_id}", settings)
         self.session_id = session_id
         self.kind = kind
-        self.settings = settings
-        self.pc = RTCPeerConnection(
-            rtc_configuration(ice_servers(settings.ice_server, settings.ice_username, settings.ice_credential))
-        )
+        self.ingest_only = ingest_only
+        self.channels = ControlChannels()
         self.session: UnderstandSession | GenerateSession
         self.outgoing: TalkerAudioTrack | GeneratedVideoTrack
         if kind == "understand":
@@ -68,7 +200,7 @@ class PeerSession:
                 session_id=session_id,
                 settings=settings,
                 engine=engines.understand,
-                send=self._send,
+                send=self.channels.send,
                 talker=talker,
                 on_closed=lambda _session: self._close_soon(),
             )
@@ -79,59 +211,57 @@ class PeerSession:
                 session_id=session_id,
                 settings=settings,
                 engine=engines.generate,
-                send=self._send,
+                send=self.channels.send,
                 video=video,
                 reserve_recording=recordings.reserve if recordings else None,
                 on_closed=lambda _session: self._close_soon(),
             )
         self._on_closed = on_closed
-        self._channel: RTCDataChannel | None = None
-        self._pending: deque[str] = deque(maxlen=MAX_PENDING_EVENTS)
-        self._tasks = TaskSet()
-        self._closing: asyncio.Task[None] | None = None
-        self.closed = asyncio.Event()
+        self._relay = MediaRelay()
+        self.attached: set[AttachedPeer] = set()
 
     # ----------------------------------------------------------------- setup
 
     async def accept(self, offer: RTCSessionDescription) -> RTCSessionDescription:
         """Apply the peer's offer and return the complete (non-trickle) answer."""
-        self.pc.on("datachannel", self._on_datachannel)
         self.pc.on("track", self._on_track)
-        self.pc.on("connectionstatechange", self._on_connection_state)
         await self.pc.setRemoteDescription(offer)
-        if any(t.kind == self.outgoing.kind for t in self.pc.getTransceivers()):
-            self.pc.addTrack(self.outgoing)
+        if self.ingest_only:
+            if isinstance(self.session, UnderstandSession):
+                self.session.use_default_config()
+        elif self._offers(self.outgoing.kind):
+            self.pc.addTrack(self.subscribe_outgoing())
         elif isinstance(self.session, UnderstandSession):
             self.session.talker = None  # no audio m-line: speech only as audio events, if asked for
         else:
             raise OfferRejected("a generate session needs a video m-line to receive the generated video")
-        answer = await self.pc.createAnswer()
-        await self.pc.setLocalDescription(answer)
-        if not _has_candidates(self.pc.localDescription.sdp):
-            raise RuntimeError("the server's ICE agent gathered no candidates; check --ice-address and --ice-server")
+        answer = await self._answer()
         self.session.start()
-        self._tasks.spawn(self._connect_deadline())
-        return self.pc.localDescription
+        return answer
 
-    def _on_datachannel(self, channel: RTCDataChannel) -> None:
-        if channel.label != CONTROL_LABEL or self._channel is not None:
-            logger.info("session %s: closing unexpected DataChannel %r", self.session_id, channel.label)
-            channel.close()
-            return
-        self._channel = channel
+    def subscribe_outgoing(self) -> MediaStreamTrack:
+        """A consumer's view of the outgoing track; all consumers share its frames."""
+        return self._relay.subscribe(self.outgoing, buffered=False)
 
-        @channel.on("message")
-        def on_message(message: str | bytes) -> None:
-            if isinstance(message, str):
-                self.session.receive_text(message)
-            else:
-                self.session.receive_binary(message)
+    @property
+    def has_outgoing(self) -> bool:
+        """False for an understanding session whose peer offered no audio (it has no talker)."""
+        return not isinstance(self.session, UnderstandSession) or self.session.talker is not None
 
-        @channel.on("open")
-        def on_open() -> None:
-            self._flush_pending()
+    async def attach(self, offer: RTCSessionDescription, name: str) -> RTCSessionDescription:
+        """Answer a further peer on this session (a controller or a viewer); see AttachedPeer."""
+        if len(self.attached) >= MAX_ATTACHED_PEERS:
+            raise TooManyPeers(f"session already has {MAX_ATTACHED_PEERS} attached peers")
+        peer = AttachedPeer(self, name)
+        self.attached.add(peer)
+        try:
+            return await peer.accept(offer)
+        except Exception:
+            await peer.close()
+            raise
 
-        self._flush_pending()
+    def _control(self) -> tuple[ControlChannels, ControlReceiver]:
+        return self.channels, self.session
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         if isinstance(self.session, UnderstandSession):
@@ -139,62 +269,22 @@ class PeerSession:
         else:
             self._tasks.spawn(discard(track))  # a generation takes no media, but aiortc's queue must drain
 
-    async def _on_connection_state(self) -> None:
-        state = self.pc.connectionState
-        logger.info("session %s: connection %s", self.session_id, state)
-        if state in ("failed", "closed"):
-            self._close_soon()
-
-    async def _connect_deadline(self) -> None:
-        await asyncio.sleep(self.settings.ice_connect_timeout)
-        if self.pc.connectionState != "connected":
-            logger.info(
-                "session %s: not connected after %.1f s, closing", self.session_id, self.settings.ice_connect_timeout
-            )
-            self._close_soon()
-
-    # ----------------------------------------------------------------- events out
-
-    def _send(self, event: dict[str, Any]) -> None:
-        self._pending.append(json.dumps(event, separators=(",", ":")))
-        self._flush_pending()
-
-    def _flush_pending(self) -> None:
-        channel = self._channel
-        if channel is None or channel.readyState != "open":
-            return
-        while self._pending:
-            channel.send(self._pending.popleft())
-
     # ----------------------------------------------------------------- teardown
 
-    def _close_soon(self) -> None:
-        if self._closing is None:
-            self._closing = asyncio.ensure_future(self.close())
-
     async def close(self) -> None:
-        """Close the session, its tasks, its tracks and the peer connection; idempotent."""
+        """Close the session, attached peers, tasks, tracks and the peer connection; idempotent."""
         if self.closed.is_set():
             return
         self.closed.set()
-        self._flush_pending()
         await self.session.close()
-        await self._drain_channel()
+        await self.channels.drain(CHANNEL_DRAIN_S)
+        await asyncio.gather(*(peer.close() for peer in list(self.attached)))
         await self._tasks.cancel_all()
         self.outgoing.stop()
         await self.pc.close()
         result = self._on_closed(self)
         if asyncio.iscoroutine(result):
             await result
-
-    async def _drain_channel(self) -> None:
-        """Give the last events (an error, session.done) a moment to leave before the close."""
-        channel = self._channel
-        deadline = asyncio.get_running_loop().time() + CHANNEL_DRAIN_S
-        while channel is not None and channel.readyState == "open" and channel.bufferedAmount > 0:
-            if asyncio.get_running_loop().time() > deadline:
-                break
-            await asyncio.sleep(0.01)
 
     async def stats(self) -> dict[str, Any]:
         stats = {"session_id": self.session_id, **self.session.stats(), "connection_state": self.pc.connectionState}
@@ -206,7 +296,12 @@ class PeerSession:
                     bytes_out += report.bytesSent
                 elif report.type == "inbound-rtp":
                     packets_in += report.packetsReceived
-        stats.update(bytes_received=bytes_in, bytes_sent=bytes_out, rtp_packets_received=packets_in)
+        stats.update(
+            bytes_received=bytes_in,
+            bytes_sent=bytes_out,
+            rtp_packets_received=packets_in,
+            attached_peers=len(self.attached),
+        )
         if isinstance(self.outgoing, TalkerAudioTrack):
             stats.update(
                 talker_buffered_ms=round(self.outgoing.buffered_ms, 1), talker_frames_sent=self.outgoing.frames_sent
@@ -216,5 +311,37 @@ class PeerSession:
         return stats
 
 
-def _has_candidates(sdp: str) -> bool:
-    return "a=candidate:" in sdp
+class AttachedPeer(_PeerLink):
+    """A further peer connection on a running session.
+
+    A `control` DataChannel it opens is bound to the session (commands in, events fanned out);
+    if it offers to receive the session's outgoing media kind, it gets that track through the
+    session's relay. Media it sends is drained and ignored. It ends with its own connection or
+    with the session.
+    """
+
+    def __init__(self, owner: PeerSession, name: str) -> None:
+        super().__init__(f"{name} of session {owner.session_id}", owner.settings)
+        self.owner = owner
+        self._track: MediaStreamTrack | None = None
+
+    async def accept(self, offer: RTCSessionDescription) -> RTCSessionDescription:
+        self.pc.on("track", lambda track: self._tasks.spawn(discard(track)))
+        await self.pc.setRemoteDescription(offer)
+        if self.owner.has_outgoing and self._offers(self.owner.outgoing.kind):
+            self._track = self.owner.subscribe_outgoing()
+            self.pc.addTrack(self._track)
+        return await self._answer()
+
+    def _control(self) -> tuple[ControlChannels, ControlReceiver]:
+        return self.owner.channels, self.owner.session
+
+    async def close(self) -> None:
+        if self.closed.is_set():
+            return
+        self.closed.set()
+        self.owner.attached.discard(self)
+        await self._tasks.cancel_all()
+        if self._track is not None:
+            self._track.stop()
+        await self.pc.close()

@@ -1,0 +1,161 @@
+"""WHIP ingest (RFC 9725): OBS, FFmpeg and other publishers create understanding sessions.
+
+`POST /whip` takes an `application/sdp` offer and answers `201 Created` with a recvonly answer,
+an unguessable `Location` (the session id), an `ETag` for the ICE session and one `Link` header
+per configured STUN/TURN server. `PATCH` on the Location adds trickled candidates (ICE restarts
+are refused with 422, as the RFC allows), `DELETE` ends the session. Controls and the talker reach
+the session through attached peers (`kind: "control"` on /v1/rtc/offer).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+from aiortc import RTCIceCandidate
+from aiortc.sdp import SessionDescription, candidate_from_sdp
+from multidict import CIMultiDict
+
+from ..sessions.registry import SessionLimitReached
+from .ice import configured_ice_servers, link_headers
+from .keys import ENGINES, SETTINGS
+from .offer import OFFER_FAILURES, find_peer_session, json_error, open_session, parse_sdp, session_limit_error
+from .peer import PeerSession
+
+logger = logging.getLogger(__name__)
+
+SDP = "application/sdp"
+SDPFRAG = "application/trickle-ice-sdpfrag"
+WHIP_PATH = "/whip"
+CORS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Expose-Headers": "Location, ETag, Link, Accept-Patch",
+}
+PREFLIGHT = {
+    **CORS,
+    "Access-Control-Allow-Methods": "OPTIONS, POST, PATCH, DELETE",
+    "Access-Control-Allow-Headers": "Authorization, Content-Type, If-Match",
+}
+
+
+def resource_path(session_id: str) -> str:
+    return f"{WHIP_PATH}/{session_id}"
+
+
+def _error(status: int, message: str, **headers: str) -> web.Response:
+    return json_error(status, message, **CORS, **headers)
+
+
+def _media_problem(offer: SessionDescription) -> str | None:
+    """Why a publisher's offer does not fit one understanding session (RFC 9725: one stream)."""
+    kinds = [m.kind for m in offer.media]
+    if kinds.count("audio") > 1 or kinds.count("video") > 1:
+        return "a WHIP offer carries at most one audio and one video track"
+    if "audio" not in kinds and "video" not in kinds:
+        return "a WHIP offer needs an audio or a video track"
+    return None
+
+
+def _etag(peer: PeerSession) -> str:
+    """A strong entity tag for the ICE session: the server's ICE username fragment."""
+    ice = SessionDescription.parse(peer.pc.localDescription.sdp).media[0].ice
+    return f'"{ice.usernameFragment if ice else peer.session_id}"'
+
+
+async def options(request: web.Request) -> web.Response:
+    """CORS preflight; no ICE servers here (RFC 9725 advises against it)."""
+    accept = {"Accept-Post": SDP} if "session_id" not in request.match_info else {"Accept-Patch": SDPFRAG}
+    return web.Response(status=204, headers={**PREFLIGHT, **accept})
+
+
+async def post(request: web.Request) -> web.Response:
+    if request.content_type != SDP:
+        return _error(415, f"Content-Type must be {SDP}")
+    if "understand" not in request.app[ENGINES].kinds:
+        return _error(503, "this server does not serve understanding sessions")
+    sdp = await request.text()
+    parsed = parse_sdp(sdp)
+    if isinstance(parsed, str):
+        return _error(400, parsed)
+    problem = _media_problem(parsed)
+    if problem is not None:
+        return _error(422, problem)
+    try:
+        peer, answer = await open_session(request.app, "understand", sdp, ingest_only=True)
+    except SessionLimitReached as exc:
+        return session_limit_error(exc)
+    except OFFER_FAILURES as exc:
+        logger.info("WHIP offer rejected: %s", exc)
+        return _error(400, f"cannot answer this offer: {exc}")
+    location = str(request.url.with_path(resource_path(peer.session_id)).with_query(None))
+    headers = CIMultiDict(
+        {**CORS, "Content-Type": SDP, "Location": location, "ETag": _etag(peer), "Accept-Patch": SDPFRAG}
+    )
+    for link in link_headers(configured_ice_servers(request.app[SETTINGS], peer.session_id)):
+        headers.add("Link", link)
+    return web.Response(status=201, body=answer.sdp.encode(), headers=headers)
+
+
+async def patch(request: web.Request) -> web.Response:
+    """Trickle ICE (RFC 8840 fragments): remote candidates in, 204 out; ICE restart is refused."""
+    peer = find_peer_session(request, request.match_info["session_id"])
+    if peer is None:
+        return _error(404, "no such WHIP session")
+    if request.content_type != SDPFRAG:
+        return _error(415, f"Content-Type must be {SDPFRAG}")
+    if_match = request.headers.get("If-Match")
+    if if_match == "*":
+        return _error(422, "ICE restart is not supported")
+    if if_match is not None and if_match != _etag(peer):
+        return _error(412, "If-Match does not match the ICE session's ETag")
+    try:
+        candidates = _parse_fragment(await request.text(), peer)
+    except IceRestartRequested as exc:
+        return _error(422, str(exc))
+    except ValueError as exc:
+        return _error(400, str(exc))
+    for candidate in candidates:
+        await peer.pc.addIceCandidate(candidate)
+    return web.Response(status=204, headers=CORS)
+
+
+class IceRestartRequested(Exception):
+    """The fragment carries new ICE credentials; aiortc cannot restart ICE."""
+
+
+def _parse_fragment(fragment: str, peer: PeerSession) -> list[RTCIceCandidate]:
+    """The UDP candidates of a trickle-ice-sdpfrag; ValueError if one does not parse."""
+    remote = SessionDescription.parse(peer.pc.remoteDescription.sdp).media[0]
+    remote_ufrag = remote.ice.usernameFragment if remote.ice else None
+    mid = remote.rtp.muxId or "0"
+    candidates = []
+    for line in fragment.splitlines():
+        line = line.strip()
+        if line.startswith("a=ice-ufrag:") and line.split(":", 1)[1] != remote_ufrag:
+            raise IceRestartRequested("ICE restart is not supported (new ice-ufrag)")
+        if line.startswith("a=candidate:"):
+            try:
+                candidate = candidate_from_sdp(line[len("a=candidate:") :])
+            except (AssertionError, ValueError, IndexError) as exc:  # aiortc asserts on too few fields
+                raise ValueError(f"unparsable candidate {line!r}: {exc}") from exc
+            if candidate.protocol.lower() == "udp":  # aioice has no ICE-TCP; RFC 9725: drop silently
+                candidate.sdpMid = mid
+                candidates.append(candidate)
+    return candidates
+
+
+async def delete(request: web.Request) -> web.Response:
+    peer = find_peer_session(request, request.match_info["session_id"])
+    if peer is None:
+        return _error(404, "no such WHIP session")
+    await peer.close()
+    return web.Response(status=200, headers=CORS)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_route("OPTIONS", WHIP_PATH, options)
+    app.router.add_post(WHIP_PATH, post)
+    resource = WHIP_PATH + "/{session_id}"
+    app.router.add_route("OPTIONS", resource, options)
+    app.router.add_patch(resource, patch)
+    app.router.add_delete(resource, delete)
