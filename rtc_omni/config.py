@@ -23,8 +23,19 @@ class Settings(BaseModel):
 
     host: str = Field("127.0.0.1", description="HTTP listen address.")
     port: int = Field(8080, ge=0, le=65535, description="HTTP listen port (0 picks a free one).")
-    engine: Literal["synthetic"] = Field("synthetic", description="Model engine.")
-    model: str = Field("synthetic", description="Model name reported to clients.")
+    engine: Literal["synthetic", "vllm"] = Field(
+        "synthetic", description="Model engine: the embedded CPU engines, or vLLM-Omni in-process (GPU)."
+    )
+    model: str = Field(
+        "synthetic", description="Model name reported to clients; with --engine vllm, the model id or path to load."
+    )
+    deploy_config: str | None = Field(None, description="--engine vllm: vLLM-Omni deploy config YAML.")
+    stage_overrides: str | None = Field(None, description="--engine vllm: vLLM-Omni stage overrides as JSON.")
+    engine_arg: list[str] = Field(
+        default_factory=list,
+        description="--engine vllm: a further AsyncOmni argument as KEY=VALUE (VALUE parsed as JSON when it "
+        "is JSON); repeat for several.",
+    )
 
     ice_address: list[str] = Field(
         default_factory=lambda: ["127.0.0.1"],

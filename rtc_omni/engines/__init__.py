@@ -38,8 +38,14 @@ class Engines:
                 await engine.close()
 
 
-def create_engines(settings: Settings) -> Engines:
-    """Build the engines named by the settings. The synthetic engine serves both kinds."""
+async def create_engines(settings: Settings) -> Engines:
+    """Build the engines named by the settings. The synthetic engine serves both kinds; vLLM-Omni
+    serves the one kind its model supports."""
+    if settings.engine == "vllm":
+        from .vllm_runtime import build_vllm_engines
+
+        understand, generate = await build_vllm_engines(settings)
+        return Engines(understand=understand, generate=generate)
     if settings.engine == "synthetic":
         return Engines(
             understand=SyntheticEngine(
