@@ -89,6 +89,14 @@ class Settings(BaseModel):
         description="Bearer token every HTTP request must carry (Authorization: Bearer ...), except OPTIONS "
         "preflights and /healthz. None: no authentication.",
     )
+    session_rate_limit: int = Field(
+        60, ge=0, description="New sessions per minute allowed from one client address (0: no limit); more get 429."
+    )
+    cors_origin: list[str] = Field(
+        default_factory=list,
+        description="Browser origins allowed to call the API from other sites ('*' for any); repeat for "
+        "several. Empty: handlers' defaults (WHIP allows any origin, as RFC 9725 expects).",
+    )
     max_sessions: int = Field(64, ge=1, description="Concurrent sessions; more get 503.")
 
     synthetic_ttft: float = Field(0.15, ge=0, description="Synthetic engine: seconds before the first text token.")

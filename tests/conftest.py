@@ -23,6 +23,7 @@ FAST_SETTINGS = dict(
     synthetic_token_rate=200.0,
     synthetic_audio_speed=8.0,
     synthetic_voice="tone",
+    session_rate_limit=0,  # tests open many sessions from one address; test_reliability checks the limit
 )
 
 

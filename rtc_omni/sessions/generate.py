@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 from pydantic import ValidationError
 
+from .. import metrics
 from ..config import Settings
 from ..engines.base import GenerateEngine, GenerateRequest
 from ..media.frames import normalize_videos
@@ -128,6 +129,10 @@ class GenerateSession:
         if self.on_closed is not None:
             self.on_closed(self)
 
+    def notify(self, message: str) -> None:
+        """Tell the client something as an `error` event (e.g. that the server is going away)."""
+        self._error(message)
+
     def _close_soon(self) -> None:
         if self._closer is None:
             self._closer = asyncio.get_running_loop().create_task(self.close())
@@ -137,6 +142,7 @@ class GenerateSession:
             return
         if isinstance(event, proto.GenerateError):
             self.counters.errors_sent += 1
+            metrics.ERRORS.labels("generate", metrics.error_type(event.message)).inc()
         self.send(event.to_wire())
 
     def _error(self, message: str, code: str | None = None, event_id: str | None = None) -> None:

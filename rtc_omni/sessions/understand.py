@@ -26,6 +26,7 @@ import numpy as np
 from PIL import Image
 from pydantic import ValidationError
 
+from .. import metrics
 from ..config import Settings
 from ..engines.base import (
     TALKER_SAMPLE_RATE,
@@ -180,6 +181,10 @@ class UnderstandSession:
         if self.on_closed is not None:
             self.on_closed(self)
 
+    def notify(self, message: str) -> None:
+        """Tell the client something as an `error` event (e.g. that the server is going away)."""
+        self._error(message)
+
     def _close_soon(self) -> None:
         """Close from inside one of the session's own tasks without cancelling it mid-way."""
         if self._closer is None:
@@ -190,6 +195,7 @@ class UnderstandSession:
             return
         if isinstance(event, proto.ErrorEvent):
             self.counters.errors_sent += 1
+            metrics.ERRORS.labels("understand", metrics.error_type(event.message)).inc()
         self.send(event.to_wire())
 
     def _error(self, message: str, request_id: str | None = None) -> None:
@@ -345,6 +351,7 @@ class UnderstandSession:
 
     def note_frame_received(self) -> None:
         self.counters.frames_received += 1
+        metrics.FRAMES.labels("received").inc()
         self._touch()
 
     async def _handle_dc_frame(self, msg: dict[str, Any]) -> None:
@@ -352,6 +359,7 @@ class UnderstandSession:
         if not data:
             return
         self.counters.frames_received += 1
+        metrics.FRAMES.labels("received").inc()
         if not isinstance(data, str) or len(data) > self.settings.max_frame_size:
             self._error(proto.FRAME_TOO_LARGE if isinstance(data, str) else proto.INVALID_IMAGE_DATA)
             return
@@ -362,6 +370,7 @@ class UnderstandSession:
             self._error(proto.INVALID_IMAGE_DATA)
             return
         self.counters.frames_sampled += 1
+        metrics.FRAMES.labels("sampled").inc()
         frame = BufferedFrame(
             data=raw,
             frame_id=msg.get("frame_id"),
@@ -384,6 +393,7 @@ class UnderstandSession:
         if self.state != "active":
             return
         self.counters.frames_sampled += 1
+        metrics.FRAMES.labels("sampled").inc()
         self._track_frame_seq += 1
         track_filter = self._track_filter
 
@@ -407,6 +417,7 @@ class UnderstandSession:
     def _buffer_frame(self, frame: BufferedFrame, retained: bool) -> None:
         if not retained:
             self.counters.frames_filtered += 1
+            metrics.FRAMES.labels("filtered").inc()
             self._ack(frame, accepted=False, reason="filtered")
             return
         evicted = self._frames.append(frame)
@@ -435,6 +446,7 @@ class UnderstandSession:
         self._emit(ack)
 
     def _append_audio(self, pcm16: bytes) -> None:
+        metrics.AUDIO_MS_IN.inc(len(pcm16) / 32)
         if not self._audio.append(pcm16):
             self._error(proto.AUDIO_BUFFER_OVERFLOW)
         if self._server_vad is not None:
@@ -500,6 +512,7 @@ class UnderstandSession:
         audio = self._audio.take_all() if audio is None else audio
         self._turn = turn
         self.counters.turns_started += 1
+        metrics.TURNS.labels("started").inc()
         turn.task = self._tasks.spawn(self._run_turn(turn, frames, audio, query, speech_ms))
 
     def _turn_frames(self) -> list[BufferedFrame]:
@@ -533,6 +546,7 @@ class UnderstandSession:
             except Exception:
                 logger.warning("session %s: abort of %s failed", self.session_id, turn.request_id, exc_info=True)
         self.counters.turns_cancelled += 1
+        metrics.TURNS.labels("cancelled").inc()
         if notify:
             self._emit(proto.ResponseCancelled(request_id=turn.request_id))
 
@@ -588,14 +602,19 @@ class UnderstandSession:
                 sampling_params_list=config.sampling_params_list,
             )
             consumed_pending = any(f.has_id for f in frames)
+            started = time.monotonic()
             async for output in self._outputs(engine_turn):
                 if consumed_pending:
                     consumed_pending = False
                     self._emit(self._frames_consumed(request_id, frames))
                 if isinstance(output, TextDelta):
+                    if not turn.text:
+                        metrics.TIME_TO_FIRST_TEXT.observe(time.monotonic() - started)
                     turn.text += output.text
                     self._emit(proto.TextDeltaEvent(request_id=request_id, delta=output.text))
                 elif isinstance(output, AudioChunk):
+                    if not audio_seen:
+                        metrics.TIME_TO_FIRST_AUDIO.observe(time.monotonic() - started)
                     audio_seen = True
                     if config.audio_events:
                         data = _wav_base64(output.samples, TALKER_SAMPLE_RATE)
@@ -623,11 +642,13 @@ class UnderstandSession:
         self._history.append({"role": "user", "content": query})
         self._history.append({"role": "assistant", "content": turn.text})
         self.counters.turns_completed += 1
+        metrics.TURNS.labels("completed").inc()
         if self._turn is turn:
             self._turn = None
 
     async def _fail_turn(self, turn: _Turn, message: str) -> None:
         self.counters.turns_failed += 1
+        metrics.TURNS.labels("failed").inc()
         if self._turn is turn:
             self._turn = None
         if not turn.engine_finished:
