@@ -151,7 +151,11 @@ class Interaction(BaseModel):
 class VideoStart(ServerEvent):
     type: ClassVar[str] = "video.start"
     request_id: str
+    format: str = "m4s"
     config: dict[str, Any]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": self.type, **self.model_dump(mode="json")}
 
 
 class VideoChunkMetadata(ServerEvent):

@@ -203,3 +203,4 @@ class ErrorEvent(ServerEvent):
     type: ClassVar[str] = "error"
     message: str
     request_id: str | None = None
+    detail: str | None = None  # extension: why, when the reference string alone says too little
