@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .understand import ServerEvent
 
+WEBSOCKET_PATH = "/v1/realtime/video"
 DEFAULT_FPS = 24
 MAX_START_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_CONTROL_MESSAGE_BYTES = 128 * 1024

@@ -11,6 +11,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+WEBSOCKET_PATH = "/v1/video/chat/stream"
+
 # Reference error strings (protocol section 2.5), kept verbatim so clients can match them.
 TIMEOUT_WAITING_FOR_CONFIG = "Timeout waiting for session.config"
 INVALID_JSON_IN_CONFIG = "Invalid JSON in session.config"

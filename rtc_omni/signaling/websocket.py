@@ -18,6 +18,8 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from ..media.fmp4_sink import Fmp4ChunkSink
+from ..protocol import generate as generate_proto
+from ..protocol import understand as understand_proto
 from ..sessions.generate import GenerateSession
 from ..sessions.registry import SessionLimitReached, new_session_id
 from ..sessions.understand import UnderstandSession
@@ -26,8 +28,6 @@ from .keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 
 logger = logging.getLogger(__name__)
 
-UNDERSTAND_PATH = "/v1/video/chat/stream"
-GENERATE_PATH = "/v1/realtime/video"
 CHAT_NOT_AVAILABLE = "Streaming video chat is not available"
 GENERATION_NOT_AVAILABLE = "Streaming video generation is not available"
 MAX_OUTBOX_MESSAGES = 512
@@ -199,5 +199,5 @@ async def realtime_video(request: web.Request) -> web.WebSocketResponse:
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_get(UNDERSTAND_PATH, understand_stream)
-    app.router.add_get(GENERATE_PATH, realtime_video)
+    app.router.add_get(understand_proto.WEBSOCKET_PATH, understand_stream)
+    app.router.add_get(generate_proto.WEBSOCKET_PATH, realtime_video)

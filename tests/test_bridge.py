@@ -1,0 +1,135 @@
+"""The bridge: an aiortc peer -> a gateway rtc-omni (`--engine remote`) -> backend rtc-omni servers
+speaking vLLM-Omni's WebSocket protocols on the synthetic engine, all on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator
+
+from rtc_omni.client.peer import GenerateClient
+from rtc_omni.config import Settings
+from rtc_omni.engines import SyntheticEngine, UnderstandOutput, UnderstandTurn, create_engines
+
+from .conftest import FAST_SETTINGS, ClientFactory, RunningServer, ServerFactory
+
+
+class CountingEngine(SyntheticEngine):
+    """The synthetic engine, counting the turns it answered."""
+
+    def __init__(self) -> None:
+        super().__init__(ttft=0.05, token_rate=200.0, audio_speed=8.0, voice="tone")
+        self.turns = 0
+
+    async def generate(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:
+        self.turns += 1
+        async for output in super().generate(turn):
+            yield output
+
+
+def ws_url(server: RunningServer) -> str:
+    return server.url.replace("http://", "ws://")
+
+
+async def gateway(make_server: ServerFactory, *backends: RunningServer) -> RunningServer:
+    settings = Settings(**FAST_SETTINGS, engine="remote", upstream=[ws_url(b) for b in backends], upstream_retry=60)
+    engines = create_engines(settings)
+    return await make_server(engine=engines.understand, video_engine=engines.generate)
+
+
+def _accepted(event: dict) -> bool:
+    return event.get("type") == "video.frame.ack" and event["accepted"]
+
+
+async def test_a_bridged_peer_gets_answers_about_its_camera_and_hears_them(
+    make_server: ServerFactory, make_client: ClientFactory
+) -> None:
+    backend = await make_server()
+    front = await gateway(make_server, backend)
+    client = await make_client(front, colour="red", tone=440.0, config={})
+    await client.wait_event(where=_accepted)
+    await asyncio.sleep(1.0)
+
+    result = await client.ask("What colour is the camera showing?")
+
+    assert not result.errors and "mostly red" in result.text
+    hz = float(re.search(r"dominant frequency about (\d+) Hz", result.text).group(1))
+    assert 430 <= hz <= 450
+    assert result.events[-1]["type"] == "response.audio.done"
+    assert client.recorder is not None and client.recorder.voiced_frames(result.sent_at, result.done_at) > 25
+
+
+async def test_a_bridged_interrupt_cancels_the_upstream_turn(
+    make_server: ServerFactory, make_client: ClientFactory
+) -> None:
+    backend = await make_server(synthetic_ttft=0.8, synthetic_audio_speed=2.0)
+    front = await gateway(make_server, backend)
+    client = await make_client(front, colour="blue", tone=None, config={})
+    await client.wait_event(where=_accepted)
+    mark = len(client.events)
+    client.send({"type": "video.query", "text": "talk to me"})
+    first = await client.wait_event("response.start", after=mark)
+    async with asyncio.timeout(15):
+        while client.recorder.voiced_frames(since=time.monotonic() - 0.1) == 0:
+            await asyncio.sleep(0.02)
+
+    mark = len(client.events)
+    second = await client.ask("another question", timeout=30)
+
+    cancelled = next(e for e in client.events[mark:] if e["type"] == "response.cancelled")
+    assert cancelled["request_id"] == first["request_id"]
+    assert "mostly blue" in second.text and 'You asked: "another question".' in second.text
+    async with asyncio.timeout(5):  # the upstream saw the socket close and aborted its request
+        while not backend.engine.recent_aborts:
+            await asyncio.sleep(0.05)
+
+
+async def test_bridged_generation_arrives_in_order(make_server: ServerFactory) -> None:
+    backend = await make_server(
+        synthetic_chunk_frames=10, synthetic_first_chunk_latency=0.2, synthetic_chunk_latency=0.2
+    )
+    front = await gateway(make_server, backend)
+    client = GenerateClient(front.url)
+    await client.connect()
+    try:
+        await client.start(prompt="a green field", fps=16, num_frames=40, size="320x240")
+        done = await client.wait_event("session.done", timeout=30)
+        await asyncio.sleep(0.4)
+        frames = list(client.receiver.frames)
+    finally:
+        await client.close()
+
+    indices = [f.index for f in frames]
+    assert done["stopped"] is False and done["frames"] == 40
+    assert indices == list(range(40))
+    green = frames[20].mean_rgb
+    assert green[1] > green[0] + 60 and green[1] > green[2] + 60
+
+
+async def test_a_backend_dying_mid_turn_gives_an_error_and_the_next_turn_fails_over(
+    make_server: ServerFactory, make_client: ClientFactory
+) -> None:
+    first_engine, second_engine = CountingEngine(), CountingEngine()
+    first_engine.ttft = 2.0
+    first = await make_server(engine=first_engine)
+    second = await make_server(engine=second_engine)
+    front = await gateway(make_server, first, second)
+    client = await make_client(front, colour="red", tone=None, config={"modalities": ["text"]})
+    await client.wait_event(where=_accepted)
+
+    mark = len(client.events)
+    client.send({"type": "video.query", "text": "one"})
+    await client.wait_event("response.start", after=mark)
+    async with asyncio.timeout(5):
+        while first_engine.turns == 0:
+            await asyncio.sleep(0.02)
+    await first.server.close()
+    error = await client.wait_event("error", after=mark)
+    done = await client.wait_event("response.text.done", after=mark)
+
+    assert error["message"] == "Query processing failed" and "closed the connection" in error["detail"]
+    assert done["request_id"] == error["request_id"]
+    result = await client.ask("two")
+    assert not result.errors and "mostly red" in result.text
+    assert (first_engine.turns, second_engine.turns) == (1, 1)
