@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 
 from rtc_omni.client.peer import GenerateClient
 from rtc_omni.config import Settings
-from rtc_omni.engines import SyntheticEngine, UnderstandOutput, UnderstandTurn, create_engines
+from rtc_omni.engines import SyntheticEngine, UnderstandOutput, UnderstandTurn, UpstreamPool, create_engines
+from rtc_omni.signaling.keys import ENGINES
 
 from .conftest import FAST_SETTINGS, ClientFactory, RunningServer, ServerFactory
 
@@ -133,3 +134,42 @@ async def test_a_backend_dying_mid_turn_gives_an_error_and_the_next_turn_fails_o
     result = await client.ask("two")
     assert not result.errors and "mostly red" in result.text
     assert (first_engine.turns, second_engine.turns) == (1, 1)
+
+
+def test_upstreams_are_chosen_by_load_and_health() -> None:
+    pool = UpstreamPool(["ws://a", "ws://b", "ws://c", "ws://d"], "/v1/video/chat/stream", 10.0, 1.0)
+    a, b, c, d = pool.upstreams
+    a.active, b.active, c.active, d.active = 2, 0, 1, 0
+    pool.mark_down(b)
+    pool.mark_not_serving(d)
+    assert [u.url for u in pool.candidates()] == ["ws://c", "ws://a", "ws://b", "ws://d"]
+
+
+async def test_no_reachable_upstream_fails_the_turn_with_the_reason(
+    make_server: ServerFactory, make_client: ClientFactory
+) -> None:
+    gone = await make_server()
+    front = await gateway(make_server, gone)
+    await gone.server.close()
+    client = await make_client(front, colour="red", tone=None, config={"modalities": ["text"]})
+    await client.wait_event(where=_accepted)
+    result = await client.ask("anyone there?")
+    error = next(e for e in result.events if e["type"] == "error")
+    assert result.errors == ["Query processing failed"]
+    assert error["detail"].startswith("no upstream reachable (ws://127.0.0.1:")
+
+
+async def test_a_server_without_the_endpoint_is_tried_last_from_then_on(
+    make_server: ServerFactory, make_client: ClientFactory
+) -> None:
+    generation_only = await make_server(engine=None)
+    generation_only.app[ENGINES].understand = None
+    understanding = await make_server()
+    front = await gateway(make_server, generation_only, understanding)
+    client = await make_client(front, colour="red", tone=None, config={"modalities": ["text"]})
+    await client.wait_event(where=_accepted)
+    refused = await client.ask("first")
+    answered = await client.ask("second")
+    error = next(e for e in refused.events if e["type"] == "error")
+    assert "Streaming video chat is not available" in error["detail"]
+    assert not answered.errors and "mostly red" in answered.text

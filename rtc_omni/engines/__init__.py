@@ -89,5 +89,6 @@ __all__ = [
     "UnderstandEngine",
     "UnderstandOutput",
     "UnderstandTurn",
+    "UpstreamPool",
     "create_engines",
 ]

@@ -27,6 +27,8 @@ import numpy as np
 from PIL import Image
 
 from ..media.fmp4 import FragmentedMp4Decoder
+from ..protocol import generate as generate_proto
+from ..protocol import understand as understand_proto
 from .base import (
     TALKER_SAMPLE_RATE,
     AudioChunk,
@@ -43,6 +45,7 @@ JPEG_QUALITY = 90
 AUDIO_CHUNK_BYTES = 64 * 1024  # 2 s of 16 kHz PCM16 per audio.chunk message
 INTERACTION_TIMEOUT_S = 5.0
 AUDIO_DELTA_TYPES = ("response.audio.delta", "response.output_audio.delta")  # the latter: vLLM-Omni >= 0.30
+NOT_SERVED = (understand_proto.NOT_AVAILABLE, generate_proto.NOT_AVAILABLE)
 INTERACTION_ERROR_CODES = ("event_id_conflict", "interaction_failed", "invalid_interaction")
 
 
@@ -55,6 +58,8 @@ async def _receive(
         event = json.loads(message.data)
         if not isinstance(event, dict):
             raise EngineError(f"upstream {upstream.url} sent a non-object message")
+        if event.get("type") == "error" and event.get("message") in NOT_SERVED:
+            pool.mark_not_serving(upstream)  # one model per vLLM-Omni server: it serves the other endpoint
         return event
     if message.type == aiohttp.WSMsgType.BINARY:
         return bytes(message.data)

@@ -4,7 +4,9 @@ Each request (a turn or a generation) opens its own WebSocket to one endpoint pa
 The pool picks the healthy upstream with the fewest open requests; an upstream that refused a
 connection or dropped one mid-request is skipped for `retry_s`, then tried again. When every
 upstream is marked down, they are all tried anyway (soonest back first), so a fleet that recovers
-is used again without a restart.
+is used again without a restart. A server that answers that it does not serve the endpoint (one
+model per vLLM-Omni server) is tried last from then on, so understanding and generation servers
+can share one `--upstream` list.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Upstream:
     active: int = 0
     failures: int = 0
     down_until: float = 0.0
+    serves: bool = True  # False once it answered that it does not serve this endpoint
 
     @property
     def healthy(self) -> bool:
@@ -47,14 +50,19 @@ class UpstreamPool:
         self._http: aiohttp.ClientSession | None = None
 
     def candidates(self) -> list[Upstream]:
-        """Healthy upstreams by load (fewest open requests first), then the ones marked down."""
-        healthy = sorted((u for u in self.upstreams if u.healthy), key=lambda u: u.active)
-        down = sorted((u for u in self.upstreams if not u.healthy), key=lambda u: u.down_until)
-        return healthy + down
+        """Healthy upstreams by load (fewest open requests first), then the ones marked down, then
+        the ones that said they do not serve this endpoint."""
+        serving = [u for u in self.upstreams if u.serves]
+        healthy = sorted((u for u in serving if u.healthy), key=lambda u: u.active)
+        down = sorted((u for u in serving if not u.healthy), key=lambda u: u.down_until)
+        return healthy + down + [u for u in self.upstreams if not u.serves]
 
     def mark_down(self, upstream: Upstream) -> None:
         upstream.failures += 1
         upstream.down_until = time.monotonic() + self.retry_s
+
+    def mark_not_serving(self, upstream: Upstream) -> None:
+        upstream.serves = False
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[tuple[Upstream, aiohttp.ClientWebSocketResponse]]:

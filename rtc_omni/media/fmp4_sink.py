@@ -103,5 +103,8 @@ class Fmp4ChunkSink:
         return bool(done)
 
     def close(self) -> None:
+        """Drop whatever is unsent (the encoder of a stopped stream is never finished)."""
+        self.flush()
         if self._trailer is not None:
             self._trailer.cancel()
+        self._encoder = None

@@ -28,6 +28,7 @@ CONTROL_TOO_LARGE = "control message too large"
 INVALID_JSON_MESSAGE = "Invalid JSON message"
 CONTROL_NOT_AN_OBJECT = "WebSocket messages must be JSON objects"
 STALL_TIMEOUT = "Stall timeout: no generation progress"
+NOT_AVAILABLE = "Streaming video generation is not available"  # a server without this endpoint
 # Ours, in the same style.
 PROMPT_UPDATE_REPLACED = "session.prompt_update is not supported; send session.interaction instead"
 START_ALREADY_RECEIVED = "session.start was already received; one session generates one video"

@@ -24,6 +24,7 @@ AUDIO_BUFFER_OVERFLOW = "Audio buffer overflow"
 NO_FRAMES_BUFFERED = "No frames buffered"
 QUERY_PROCESSING_FAILED = "Query processing failed"
 IDLE_TIMEOUT = "Idle timeout"
+NOT_AVAILABLE = "Streaming video chat is not available"  # a server without this endpoint
 # Our own, in the same style.
 BINARY_NOT_SUPPORTED = "Binary messages are not supported; send JSON text"
 MESSAGE_QUEUE_FULL = "Message queue full; message dropped"

@@ -184,7 +184,7 @@ class GenerateSession:
     # ----------------------------------------------------------------- control messages
 
     def receive_text(self, raw: str) -> None:
-        if self.state == "closed":
+        if self.state == "closed" or self._closer is not None:
             return
         self._last_message_at = time.monotonic()
         limit = proto.MAX_START_MESSAGE_BYTES if self.state == "waiting_start" else proto.MAX_CONTROL_MESSAGE_BYTES

@@ -28,8 +28,6 @@ from .keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 
 logger = logging.getLogger(__name__)
 
-CHAT_NOT_AVAILABLE = "Streaming video chat is not available"
-GENERATION_NOT_AVAILABLE = "Streaming video generation is not available"
 MAX_OUTBOX_MESSAGES = 512
 SEND_TIMEOUT_S = 30.0
 DRAIN_TIMEOUT_S = 2.0
@@ -174,7 +172,8 @@ async def _serve(request: web.Request, kind: str, max_msg_size: int) -> web.WebS
             strict_reference=True,
         )
     else:
-        return await _refuse(ws, CHAT_NOT_AVAILABLE if kind == "understand" else GENERATION_NOT_AVAILABLE)
+        not_served = understand_proto.NOT_AVAILABLE if kind == "understand" else generate_proto.NOT_AVAILABLE
+        return await _refuse(ws, not_served)
     try:
         registry.check_capacity()
     except SessionLimitReached as exc:
