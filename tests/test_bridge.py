@@ -4,13 +4,31 @@ speaking vLLM-Omni's WebSocket protocols on the synthetic engine, all on 127.0.0
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
+import json
 import re
 import time
+import wave
 from collections.abc import AsyncIterator
+
+import numpy as np
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from rtc_omni.client.peer import GenerateClient
 from rtc_omni.config import Settings
-from rtc_omni.engines import SyntheticEngine, UnderstandOutput, UnderstandTurn, UpstreamPool, create_engines
+from rtc_omni.engines import (
+    AudioChunk,
+    RemoteUnderstandEngine,
+    SyntheticEngine,
+    TextDelta,
+    TurnFrame,
+    UnderstandOutput,
+    UnderstandTurn,
+    UpstreamPool,
+    create_engines,
+)
 from rtc_omni.signaling.keys import ENGINES
 
 from .conftest import FAST_SETTINGS, ClientFactory, RunningServer, ServerFactory
@@ -173,3 +191,98 @@ async def test_a_server_without_the_endpoint_is_tried_last_from_then_on(
     error = next(e for e in refused.events if e["type"] == "error")
     assert "Streaming video chat is not available" in error["detail"]
     assert not answered.errors and "mostly red" in answered.text
+
+
+async def test_stopping_a_bridged_generation_stops_the_upstream(make_server: ServerFactory) -> None:
+    backend = await make_server(
+        synthetic_chunk_frames=5, synthetic_first_chunk_latency=0.1, synthetic_chunk_latency=0.2
+    )
+    front = await gateway(make_server, backend)
+    client = GenerateClient(front.url)
+    await client.connect()
+    try:
+        await client.start(prompt="red", fps=16, num_frames=400, size="320x240")
+        async with asyncio.timeout(15):
+            while client.receiver is None or len(client.receiver.frames) < 10:
+                await asyncio.sleep(0.02)
+        client.send({"type": "session.stop"})
+        done = await client.wait_event("session.done", timeout=15)
+    finally:
+        await client.close()
+
+    assert done["stopped"] is True and 10 <= done["frames"] < 400
+    async with asyncio.timeout(5):
+        while backend.video_engine._running or len(backend.registry):
+            await asyncio.sleep(0.05)
+
+
+def _wav_b64(samples: int) -> str:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(24_000)
+        wav.writeframes(b"\x00\x10" * samples)
+    return base64.b64encode(out.getvalue()).decode("ascii")
+
+
+SCRIPTS = {
+    # async chunking: text.done at the first audio output, deltas after it, newer audio event names
+    "streaming": [
+        {"type": "response.start"},
+        {"type": "response.text.delta", "delta": "It is "},
+        {"type": "response.text.done", "text": "It is "},
+        {"type": "response.output_audio.delta", "data": _wav_b64(2400), "format": "wav"},
+        {"type": "response.text.delta", "delta": "red."},
+        {"type": "response.audio.delta", "data": _wav_b64(4800), "format": "wav"},
+        {"type": "response.audio.done"},
+    ],
+    # VLLM_VIDEO_ASYNC_CHUNK=off: no deltas, the whole text in text.done
+    "coalesced": [
+        {"type": "response.start"},
+        {"type": "response.text.done", "text": "It is red."},
+        {"type": "response.audio.delta", "data": _wav_b64(7200), "format": "wav"},
+        {"type": "response.audio.done"},
+    ],
+}
+
+
+async def test_the_reference_done_event_quirks_give_the_whole_answer_once() -> None:
+    received: list[dict] = []
+
+    async def upstream(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for message in ws:
+            event = json.loads(message.data)
+            received.append(event)
+            if event["type"] == "video.query":
+                script = SCRIPTS[event["text"]]
+            elif event["type"] == "video.done":
+                for reply in script:
+                    await ws.send_json(reply)
+                await ws.send_json({"type": "session.done"})
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/v1/video/chat/stream", upstream)
+    server = TestServer(app, host="127.0.0.1", port=0)
+    await server.start_server()
+    url = str(server.make_url("")).rstrip("/").replace("http://", "ws://")
+    engine = RemoteUnderstandEngine(UpstreamPool([url], "/v1/video/chat/stream", 10.0, 2.0))
+    frame = TurnFrame(rgb=np.full((48, 64, 3), 200, np.uint8), frame_id=None, pts_ms=None)
+    try:
+        for name in SCRIPTS:
+            turn = UnderstandTurn(request_id=name, frames=[frame], audio_pcm16=b"\x00\x00" * 16_000, query=name)
+            outputs = [output async for output in engine.generate(turn)]
+            text = "".join(o.text for o in outputs if isinstance(o, TextDelta))
+            samples = sum(o.samples.size for o in outputs if isinstance(o, AudioChunk))
+            assert (text, samples) == ("It is red.", 7200), name
+    finally:
+        await engine.close()
+        await server.close()
+
+    config = received[0]
+    assert config["type"] == "session.config" and config["num_frames"] == 1
+    assert config["enable_frame_filter"] is False
+    assert [e["type"] for e in received[1:5]] == ["video.frame", "audio.chunk", "video.query", "video.done"]
