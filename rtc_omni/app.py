@@ -58,13 +58,21 @@ async def _close_engines(app: web.Application) -> None:
     app[RECORDINGS].close()
 
 
+async def _start_engines(app: web.Application) -> None:
+    """Load the engines at startup (a GPU model takes a while) into the app's Engines holder."""
+    built = await create_engines(app[SETTINGS])
+    app[ENGINES].understand, app[ENGINES].generate = built.understand, built.generate
+
+
 def create_app(settings: Settings, engines: Engines | None = None) -> web.Application:
     """Build the server. `engines` overrides the ones the settings name (tests pass their own)."""
     set_host_addresses(None if settings.gather_all_interfaces else settings.ice_address)
     middlewares = [bearer_auth(settings.auth_token)] if settings.auth_token else []
     app = web.Application(client_max_size=offer.MAX_OFFER_BYTES, middlewares=middlewares)
     app[SETTINGS] = settings
-    app[ENGINES] = engines if engines is not None else create_engines(settings)
+    app[ENGINES] = engines if engines is not None else Engines()
+    if engines is None:
+        app.on_startup.append(_start_engines)
     app[REGISTRY] = SessionRegistry(settings.max_sessions)
     app[RECORDINGS] = RecordingStore(settings.recording_dir, settings.max_recordings)
     app.router.add_get("/healthz", healthz)

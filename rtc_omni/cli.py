@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import logging
 import sys
@@ -19,6 +20,11 @@ def _serve(args: argparse.Namespace) -> int:
     from .app import create_app
 
     settings = load_settings(args)
+    if settings.engine == "vllm" and importlib.util.find_spec("vllm_omni") is None:
+        from .engines.vllm_runtime import INSTALL_HINT
+
+        print(f"rtc-omni: {INSTALL_HINT}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings)
     print(

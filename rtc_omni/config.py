@@ -23,8 +23,20 @@ class Settings(BaseModel):
 
     host: str = Field("127.0.0.1", description="HTTP listen address.")
     port: int = Field(8080, ge=0, le=65535, description="HTTP listen port (0 picks a free one).")
-    engine: Literal["synthetic", "remote"] = Field(
-        "synthetic", description="Model engine: 'remote' bridges every session to the --upstream servers."
+    engine: Literal["synthetic", "vllm", "remote"] = Field(
+        "synthetic",
+        description="Model engine: the embedded CPU engines, vLLM-Omni in-process (GPU), or 'remote': every "
+        "session bridged to the --upstream servers.",
+    )
+    model: str = Field(
+        "synthetic", description="Model name reported to clients; with --engine vllm, the model id or path to load."
+    )
+    deploy_config: str | None = Field(None, description="--engine vllm: vLLM-Omni deploy config YAML.")
+    stage_overrides: str | None = Field(None, description="--engine vllm: vLLM-Omni stage overrides as JSON.")
+    engine_arg: list[str] = Field(
+        default_factory=list,
+        description="--engine vllm: a further AsyncOmni argument as KEY=VALUE (VALUE parsed as JSON when it "
+        "is JSON); repeat for several.",
     )
     upstream: list[str] = Field(
         default_factory=list,
@@ -35,7 +47,6 @@ class Settings(BaseModel):
         10.0, gt=0, description="Seconds an upstream that failed is skipped before it is tried again."
     )
     upstream_connect_timeout: float = Field(5.0, gt=0, description="Seconds to open a WebSocket to an upstream.")
-    model: str = Field("synthetic", description="Model name reported to clients.")
 
     ice_address: list[str] = Field(
         default_factory=lambda: ["127.0.0.1"],

@@ -60,7 +60,7 @@ async def make_server() -> AsyncIterator[ServerFactory]:
     async def factory(engine: Any = None, video_engine: Any = None, **overrides: Any) -> RunningServer:
         """A server with FAST_SETTINGS plus overrides; `engine` / `video_engine` replace the synthetic ones."""
         settings = Settings(**{**FAST_SETTINGS, **overrides})
-        engines = create_engines(settings)
+        engines = await create_engines(settings)
         engines = Engines(understand=engine or engines.understand, generate=video_engine or engines.generate)
         server = TestServer(create_app(settings, engines=engines), host="127.0.0.1", port=0)
         await server.start_server()

@@ -53,7 +53,7 @@ def ws_url(server: RunningServer) -> str:
 
 async def gateway(make_server: ServerFactory, *backends: RunningServer) -> RunningServer:
     settings = Settings(**FAST_SETTINGS, engine="remote", upstream=[ws_url(b) for b in backends], upstream_retry=60)
-    engines = create_engines(settings)
+    engines = await create_engines(settings)
     return await make_server(engine=engines.understand, video_engine=engines.generate)
 
 

@@ -43,9 +43,15 @@ class Engines:
                 await engine.close()
 
 
-def create_engines(settings: Settings) -> Engines:
-    """Build the engines named by the settings. The synthetic and remote engines serve both kinds
-    (a remote server that lacks one endpoint answers that kind's sessions with an error)."""
+async def create_engines(settings: Settings) -> Engines:
+    """Build the engines named by the settings. The synthetic and remote engines serve both kinds (a
+    remote server that lacks one endpoint answers that kind's requests with an error); vLLM-Omni
+    serves the one kind its model supports."""
+    if settings.engine == "vllm":
+        from .vllm_runtime import build_vllm_engines
+
+        understand, generate = await build_vllm_engines(settings)
+        return Engines(understand=understand, generate=generate)
     if settings.engine == "remote":
 
         def pool(path: str) -> UpstreamPool:

@@ -170,6 +170,8 @@ def _start_message(request: GenerateRequest) -> dict[str, Any]:
         "num_inference_steps": request.num_inference_steps,
         "guidance_scale": request.guidance_scale,
         "extra_params": request.extra_params or None,
+        "lora": request.lora,
+        **request.sampling_overrides,  # what the client set explicitly, as it set it
     }
     return {"type": "session.start", **{k: v for k, v in fields.items() if v is not None}}
 

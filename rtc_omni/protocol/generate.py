@@ -54,6 +54,17 @@ def unknown_message_type_error(msg_type: Any) -> str:
     return f"Unknown message type: {msg_type}"
 
 
+# Request fields that override the engine's diffusion defaults only when the client sets them.
+SAMPLING_FIELDS = (
+    "num_inference_steps",
+    "guidance_scale",
+    "guidance_scale_2",
+    "true_cfg_scale",
+    "seed",
+    "boundary_ratio",
+    "flow_shift",
+)
+
 _SIZE = re.compile(r"^(\d+)x(\d+)$")
 
 

@@ -270,6 +270,12 @@ class GenerateSession:
             num_inference_steps=request.num_inference_steps,
             guidance_scale=request.guidance_scale,
             extra_params=dict(request.extra_params or {}),
+            sampling_overrides={
+                name: getattr(request, name)
+                for name in proto.SAMPLING_FIELDS
+                if name in request.model_fields_set and getattr(request, name) is not None
+            },
+            lora=request.lora,
         )
         self.video.fps = float(engine_request.fps)
         if request.record and self.reserve_recording is not None:

@@ -570,6 +570,7 @@ class UnderstandSession:
                     rgb=np.asarray(_decode_image(f.data).convert("RGB")),
                     frame_id=f.frame_id if f.has_id else None,
                     pts_ms=f.pts_ms if isinstance(f.pts_ms, (int, float)) else None,
+                    jpeg=f.data,
                 )
                 for f in frames
             ]
@@ -609,6 +610,9 @@ class UnderstandSession:
                 system_prompt=config.system_prompt,
                 modalities=tuple(config.modalities),
                 speech_ms=speech_ms,
+                model=config.model,
+                use_audio_in_video=config.use_audio_in_video,
+                sampling_params_list=config.sampling_params_list,
             )
             consumed_pending = any(f.has_id for f in frames)
             async for output in self._outputs(engine_turn):
