@@ -23,8 +23,10 @@ class Settings(BaseModel):
 
     host: str = Field("127.0.0.1", description="HTTP listen address.")
     port: int = Field(8080, ge=0, le=65535, description="HTTP listen port (0 picks a free one).")
-    engine: Literal["synthetic", "vllm"] = Field(
-        "synthetic", description="Model engine: the embedded CPU engines, or vLLM-Omni in-process (GPU)."
+    engine: Literal["synthetic", "vllm", "remote"] = Field(
+        "synthetic",
+        description="Model engine: the embedded CPU engines, vLLM-Omni in-process (GPU), or 'remote': every "
+        "session bridged to the --upstream servers.",
     )
     model: str = Field(
         "synthetic", description="Model name reported to clients; with --engine vllm, the model id or path to load."
@@ -36,6 +38,15 @@ class Settings(BaseModel):
         description="--engine vllm: a further AsyncOmni argument as KEY=VALUE (VALUE parsed as JSON when it "
         "is JSON); repeat for several.",
     )
+    upstream: list[str] = Field(
+        default_factory=list,
+        description="A vLLM-Omni (or rtc-omni) server the remote engine forwards sessions to, as ws://HOST:PORT. "
+        "Repeat for several: each turn or generation goes to the healthy one with the fewest sessions.",
+    )
+    upstream_retry: float = Field(
+        10.0, gt=0, description="Seconds an upstream that failed is skipped before it is tried again."
+    )
+    upstream_connect_timeout: float = Field(5.0, gt=0, description="Seconds to open a WebSocket to an upstream.")
 
     ice_address: list[str] = Field(
         default_factory=lambda: ["127.0.0.1"],
@@ -132,6 +143,14 @@ class Settings(BaseModel):
         if "all" in value and len(value) > 1:
             raise ValueError("'all' cannot be combined with explicit addresses")
         return value
+
+    @field_validator("upstream")
+    @classmethod
+    def _check_upstreams(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if not url.startswith(("ws://", "wss://")):
+                raise ValueError(f"upstream {url!r} must be a ws:// or wss:// URL")
+        return [url.rstrip("/") for url in value]
 
     @property
     def gather_all_interfaces(self) -> bool:

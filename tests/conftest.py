@@ -16,6 +16,8 @@ from rtc_omni.config import Settings
 from rtc_omni.engines import Engines, SyntheticEngine, SyntheticVideoEngine, create_engines
 from rtc_omni.signaling.keys import ENGINES, REGISTRY
 
+from .wsclient import WsClient
+
 FAST_SETTINGS = dict(
     host="127.0.0.1",
     ice_address=["127.0.0.1"],
@@ -116,3 +118,21 @@ async def http_json(server: RunningServer, method: str, path: str, **kwargs: Any
             except ValueError:
                 body = None
             return response.status, body
+
+
+WsFactory = Callable[..., Awaitable[WsClient]]
+
+
+@pytest.fixture
+async def make_ws() -> AsyncIterator[WsFactory]:
+    """Plain WebSocket clients of a server's vLLM-Omni endpoints, closed at the end of the test."""
+    clients: list[WsClient] = []
+
+    async def factory(server: RunningServer, path: str) -> WsClient:
+        client = await WsClient.connect(server.url.replace("http://", "ws://") + path)
+        clients.append(client)
+        return client
+
+    yield factory
+    for client in clients:
+        await client.close()

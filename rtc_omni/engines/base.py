@@ -14,6 +14,11 @@ import numpy as np
 TALKER_SAMPLE_RATE = 24_000
 
 
+class EngineError(Exception):
+    """An engine failure whose message is fit for the client (e.g. a remote upstream went away);
+    sessions pass it on as the `detail` of their error event."""
+
+
 @dataclass(frozen=True)
 class TurnFrame:
     """One sampled camera frame as the model sees it."""
