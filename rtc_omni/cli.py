@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from .config import add_settings_arguments, load_settings
+from .logs import configure_logging
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -25,7 +26,7 @@ def _serve(args: argparse.Namespace) -> int:
 
         print(f"rtc-omni: {INSTALL_HINT}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
     print(
         f"rtc-omni: engine={settings.engine} ice={','.join(settings.ice_address)} "

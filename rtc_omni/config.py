@@ -136,6 +136,9 @@ class Settings(BaseModel):
     max_recordings: int = Field(16, ge=1, description="Recordings kept for download; the oldest are deleted.")
 
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="Log lines as text or JSON objects; both carry the session id."
+    )
 
     @field_validator("ice_address")
     @classmethod

@@ -341,7 +341,7 @@ class GenerateSession:
             await asyncio.wait([generation], timeout=ENGINE_CALL_TIMEOUT_S)
         self.video.flush()
         await self._end_stream()
-        self._finish(stopped=True)
+        await self._finish(stopped=True)
 
     async def _end_stream(self) -> None:
         """Release the last frame at the peer, and let it leave before `session.done` does."""
@@ -349,19 +349,19 @@ class GenerateSession:
         await self.video.wait_drained(timeout=2.0 / max(self.video.fps, 1.0) + 1.0)
         await asyncio.sleep(FRAME_IN_FLIGHT_S)
 
-    def _finish(self, *, stopped: bool) -> None:
+    async def _finish(self, *, stopped: bool) -> None:
         if self.state != "generating":
             return
         self.state = "done"
         self._last_message_at = time.monotonic()
         assert self.request_id is not None
+        if self.recorder is not None:
+            await self.recorder.finish()  # the recording is downloadable once session.done arrives
         self._emit(
             proto.GenerationDone(
                 request_id=self.request_id, chunks=self.counters.chunks, frames=self.video.frames_sent, stopped=stopped
             )
         )
-        if self.recorder is not None:
-            self._tasks.spawn(self.recorder.finish())
         if self.strict_reference:
             self._close_soon()  # one reference session is one generation
 
@@ -416,7 +416,7 @@ class GenerateSession:
             drain_limit = self.counters.frames_generated / max(self.video.fps, 1.0) + self.settings.engine_stall_timeout
             await self.video.wait_drained(drain_limit)
             await self._end_stream()
-            self._finish(stopped=False)
+            await self._finish(stopped=False)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from ..logs import SESSION_ID
 from ..media.fmp4_sink import Fmp4ChunkSink
 from ..protocol import generate as generate_proto
 from ..protocol import understand as understand_proto
@@ -150,6 +151,7 @@ async def _serve(request: web.Request, kind: str, max_msg_size: int) -> web.WebS
     app = request.app
     settings, engines, registry = app[SETTINGS], app[ENGINES], app[REGISTRY]
     session_id, outbox = new_session_id(), Outbox(ws)
+    SESSION_ID.set(session_id)
     session: UnderstandSession | GenerateSession
     sink = None
     if engines.understand is not None and kind == "understand":
