@@ -147,7 +147,9 @@ async def test_a_backend_dying_mid_turn_gives_an_error_and_the_next_turn_fails_o
     error = await client.wait_event("error", after=mark)
     done = await client.wait_event("response.text.done", after=mark)
 
-    assert error["message"] == "Query processing failed" and "closed the connection" in error["detail"]
+    assert error["message"] == "Query processing failed"
+    # The backend either says it is shutting down before it goes, or just drops the connection.
+    assert "Server shutting down" in error["detail"] or "closed the connection" in error["detail"]
     assert done["request_id"] == error["request_id"]
     result = await client.ask("two")
     assert not result.errors and "mostly red" in result.text
