@@ -95,6 +95,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> web.Applic
     app[RECORDINGS] = RecordingStore(settings.recording_dir, settings.max_recordings)
     watch_sessions(app[REGISTRY])
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/health", healthz)  # vLLM's name, so a gateway can health-check another rtc-omni
     app.router.add_get("/metrics", get_metrics)
     offer.add_routes(app)
     add_browser_client(app)

@@ -47,6 +47,9 @@ class Settings(BaseModel):
         10.0, gt=0, description="Seconds an upstream that failed is skipped before it is tried again."
     )
     upstream_connect_timeout: float = Field(5.0, gt=0, description="Seconds to open a WebSocket to an upstream.")
+    upstream_health_interval: float = Field(
+        5.0, ge=0, description="Seconds between health checks (GET /health) of each upstream; 0 turns them off."
+    )
 
     ice_address: list[str] = Field(
         default_factory=lambda: ["127.0.0.1"],
