@@ -11,7 +11,7 @@ from .config import Settings
 from .engines import Engines, create_engines
 from .sessions.recordings import RecordingStore
 from .sessions.registry import SessionRegistry
-from .signaling import ice, offer, whip
+from .signaling import ice, offer, whep, whip
 from .signaling.auth import bearer_auth
 from .signaling.ice import set_host_addresses
 from .signaling.keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
@@ -71,6 +71,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> web.Applic
     offer.add_routes(app)
     add_browser_client(app)
     whip.add_routes(app)
+    whep.add_routes(app)
     app.router.add_get("/v1/ice-servers", ice.get_ice_servers)
     app.on_shutdown.append(_close_sessions)
     app.on_cleanup.append(_close_engines)
