@@ -13,7 +13,7 @@ from .sessions.recordings import RecordingStore
 from .sessions.registry import SessionRegistry
 from .signaling import ice, offer, whep, whip
 from .signaling.auth import bearer_auth
-from .signaling.ice import set_host_addresses
+from .signaling.ice import set_host_addresses, set_port_range
 from .signaling.keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ async def _close_engines(app: web.Application) -> None:
 def create_app(settings: Settings, engines: Engines | None = None) -> web.Application:
     """Build the server. `engines` overrides the ones the settings name (tests pass their own)."""
     set_host_addresses(None if settings.gather_all_interfaces else settings.ice_address)
+    set_port_range(settings.ice_ports)
     middlewares = [bearer_auth(settings.auth_token)] if settings.auth_token else []
     app = web.Application(client_max_size=offer.MAX_OFFER_BYTES, middlewares=middlewares)
     app[SETTINGS] = settings

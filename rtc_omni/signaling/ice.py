@@ -4,19 +4,23 @@ aioice gathers host candidates on every interface except loopback, and aiortc fa
 public STUN server when given no ICE server list. Both are wrong for a server that must choose
 its own exposure, so this module is the one place that decides: the host addresses come from
 settings (`--ice-address`, loopback by default) through one contained replacement of aioice's
-address lookup, and the ICE server list is always explicit (empty unless configured). It also
+address lookup, host sockets bind inside `--ice-port-min..--ice-port-max` when set (aioice binds
+ephemeral ports), and the ICE server list is always explicit (empty unless configured). It also
 mints TURN REST credentials from coturn's shared secret, writes the ICE servers as WHIP `Link`
 headers, and advertises configured public addresses first in every answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import errno
 import hashlib
 import hmac
 import ipaddress
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import aioice.ice
 from aiohttp import web
@@ -44,6 +48,57 @@ def set_host_addresses(addresses: Sequence[str] | None) -> None:
         return [str(a) for a in parsed if (a.version == 4 and use_ipv4) or (a.version == 6 and use_ipv6)]
 
     aioice.ice.get_host_addresses = configured_addresses  # type: ignore[assignment]
+
+
+class _PortRangeLoop:
+    """The running loop as aioice.ice sees it: port-0 datagram binds land inside `ports`.
+
+    aioice.ice binds only its host candidates' sockets itself (Connection.get_component_candidates,
+    `local_addr=(address, 0)`); everything else is passed straight to the real loop.
+    """
+
+    _next = 0  # shared cursor, so consecutive binds do not all probe from the bottom of the range
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, ports: range) -> None:
+        self._loop = loop
+        self._ports = ports
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loop, name)
+
+    async def create_datagram_endpoint(self, factory: Any, local_addr: Any = None, **kwargs: Any) -> Any:
+        if local_addr is None or local_addr[1] != 0:
+            return await self._loop.create_datagram_endpoint(factory, local_addr=local_addr, **kwargs)
+        for _attempt in range(len(self._ports)):
+            port = self._ports[_PortRangeLoop._next % len(self._ports)]
+            _PortRangeLoop._next += 1
+            try:
+                return await self._loop.create_datagram_endpoint(factory, local_addr=(local_addr[0], port), **kwargs)
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+        raise OSError(errno.EADDRINUSE, f"no free UDP port in {self._ports.start}-{self._ports.stop - 1}")
+
+
+class _AsyncioForAioice:
+    """The `asyncio` module as aioice.ice sees it, with get_running_loop() bound to a port range."""
+
+    def __init__(self, ports: range) -> None:
+        self._ports = ports
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    def get_running_loop(self) -> _PortRangeLoop:
+        return _PortRangeLoop(asyncio.get_running_loop(), self._ports)
+
+
+def set_port_range(ports: range | None) -> None:
+    """Bind ICE host candidates inside `ports`; None restores aioice's ephemeral ports.
+
+    Process-wide, like set_host_addresses: only aioice.ice's view of asyncio changes.
+    """
+    aioice.ice.asyncio = asyncio if ports is None else _AsyncioForAioice(ports)  # type: ignore[assignment]
 
 
 def ice_servers(urls: Sequence[str], username: str | None = None, credential: str | None = None) -> list[RTCIceServer]:
