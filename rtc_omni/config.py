@@ -58,6 +58,12 @@ class Settings(BaseModel):
     ice_connect_timeout: float = Field(
         15.0, gt=0, description="Seconds a new session may take to connect before it is closed."
     )
+    publisher_media_timeout: float = Field(
+        10.0,
+        gt=0,
+        description="Seconds without RTP before a WHIP publisher's session ends. FFmpeg answers no ICE consent "
+        "checks, so its media is what keeps its connection alive.",
+    )
 
     config_timeout: float = Field(
         10.0, gt=0, description="Seconds to wait for session.config before applying defaults."

@@ -7,7 +7,8 @@ settings (`--ice-address`, loopback by default) through one contained replacemen
 address lookup, host sockets bind inside `--ice-port-min..--ice-port-max` when set (aioice binds
 ephemeral ports), and the ICE server list is always explicit (empty unless configured). It also
 mints TURN REST credentials from coturn's shared secret, writes the ICE servers as WHIP `Link`
-headers, and advertises configured public addresses first in every answer.
+headers, advertises configured public addresses first in every answer, and keeps ICE consent
+for a peer that never answers consent checks while its media keeps arriving (FFmpeg's WHIP muxer).
 """
 
 from __future__ import annotations
@@ -18,18 +19,22 @@ import errno
 import hashlib
 import hmac
 import ipaddress
+import logging
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import aioice.ice
 from aiohttp import web
-from aiortc import RTCConfiguration, RTCIceCandidate, RTCIceServer, RTCIceTransportPolicy
+from aiortc import RTCConfiguration, RTCIceCandidate, RTCIceServer, RTCIceTransportPolicy, RTCPeerConnection
 from aiortc.sdp import SessionDescription
 
 from ..config import Settings
 from ..sessions.registry import new_session_id
 from .keys import SETTINGS
+
+logger = logging.getLogger(__name__)
 
 _AIOICE_DEFAULT: Callable[[bool, bool], list[str]] = aioice.ice.get_host_addresses
 
@@ -99,6 +104,36 @@ def set_port_range(ports: range | None) -> None:
     Process-wide, like set_host_addresses: only aioice.ice's view of asyncio changes.
     """
     aioice.ice.asyncio = asyncio if ports is None else _AsyncioForAioice(ports)  # type: ignore[assignment]
+
+
+_AIOICE_CLOSE = aioice.ice.Connection.close
+_CONSENT_LOOP = aioice.ice.Connection.query_consent.__code__
+_consent_keepers: weakref.WeakKeyDictionary[aioice.ice.Connection, Callable[[], bool]] = weakref.WeakKeyDictionary()
+
+
+async def _close_unless_media_arrives(connection: aioice.ice.Connection) -> None:
+    """aioice.Connection.close, except when aioice's own consent loop calls it on expiry (RFC 7675)
+    for a connection whose keeper says media is still arriving: then a fresh consent loop starts."""
+    task = asyncio.current_task()
+    expiring = task is not None and getattr(task.get_coro(), "cr_code", None) is _CONSENT_LOOP
+    keeper = _consent_keepers.get(connection)
+    if expiring and keeper is not None and keeper():
+        logger.info("ICE consent checks unanswered, but media keeps arriving: connection kept")
+        connection._query_consent_task = asyncio.create_task(connection.query_consent())
+        return
+    await _AIOICE_CLOSE(connection)
+
+
+def keep_consent_while(pc: RTCPeerConnection, media_arriving: Callable[[], bool]) -> None:
+    """Do not let unanswered ICE consent checks end `pc` while `media_arriving()` is true.
+
+    For peers that answer no consent checks after setup (FFmpeg's WHIP muxer); the caller must end
+    the connection itself once media stops. Call after the answer is made (the transports exist).
+    """
+    aioice.ice.Connection.close = _close_unless_media_arrives  # type: ignore[method-assign, assignment]
+    for transceiver in pc.getTransceivers():
+        ice_transport = transceiver.receiver.transport.transport
+        _consent_keepers[ice_transport._connection] = media_arriving  # aiortc exposes no getter
 
 
 def ice_servers(urls: Sequence[str], username: str | None = None, credential: str | None = None) -> list[RTCIceServer]:

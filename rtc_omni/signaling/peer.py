@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -32,7 +33,7 @@ from ..sessions.recordings import RecordingStore
 from ..sessions.registry import new_session_id
 from ..sessions.understand import UnderstandSession
 from ..tasks import TaskSet
-from .ice import advertise_public_addresses, configured_ice_servers, rtc_configuration
+from .ice import advertise_public_addresses, configured_ice_servers, keep_consent_while, rtc_configuration
 
 logger = logging.getLogger(__name__)
 
@@ -219,6 +220,7 @@ class PeerSession(_PeerLink):
                 on_closed=lambda _session: self._close_soon(),
             )
         self._on_closed = on_closed
+        self._last_rtp_at = time.monotonic()
         self._relay = MediaRelay()
         self._encoders: dict[str, SharedEncoder] = {}  # by codec MIME type, while they have viewers
         self.attached: set[AttachedPeer] = set()
@@ -239,8 +241,32 @@ class PeerSession(_PeerLink):
         else:
             raise OfferRejected("a generate session needs a video m-line to receive the generated video")
         answer = await self._answer()
+        if self.ingest_only:
+            keep_consent_while(self.pc, self._publisher_media_arriving)
+            self._tasks.spawn(self._watch_publisher_media())
         self.session.start()
         return answer
+
+    def _publisher_media_arriving(self) -> bool:
+        return time.monotonic() - self._last_rtp_at < self.settings.publisher_media_timeout
+
+    async def _watch_publisher_media(self) -> None:
+        """End a WHIP publisher's session once its RTP stops for --publisher-media-timeout.
+
+        FFmpeg answers no ICE consent checks, so media is its only sign of life: consent is kept
+        while it arrives (ice.keep_consent_while), and this ends a publisher that left without DELETE.
+        """
+        timeout = self.settings.publisher_media_timeout
+        packets = 0
+        while True:
+            await asyncio.sleep(min(1.0, timeout / 4))
+            received = (await self._transport_counters())[2]
+            if received > packets or self.pc.connectionState != "connected":  # the connect deadline covers setup
+                packets, self._last_rtp_at = received, time.monotonic()
+            elif not self._publisher_media_arriving():
+                logger.info("%s: no RTP from the publisher for %.1f s, closing", self.name, timeout)
+                self._close_soon()
+                return
 
     def subscribe_outgoing(self) -> MediaStreamTrack:
         """A consumer's view of the outgoing track; all consumers share its frames."""
@@ -302,8 +328,8 @@ class PeerSession(_PeerLink):
         if asyncio.iscoroutine(result):
             await result
 
-    async def stats(self) -> dict[str, Any]:
-        stats = {"session_id": self.session_id, **self.session.stats(), "connection_state": self.pc.connectionState}
+    async def _transport_counters(self) -> tuple[int, int, int]:
+        """Bytes received, bytes sent and RTP packets received on the peer connection."""
         bytes_in = bytes_out = packets_in = 0
         if not self.closed.is_set():
             for report in (await self.pc.getStats()).values():
@@ -312,6 +338,11 @@ class PeerSession(_PeerLink):
                     bytes_out += report.bytesSent
                 elif report.type == "inbound-rtp":
                     packets_in += report.packetsReceived
+        return bytes_in, bytes_out, packets_in
+
+    async def stats(self) -> dict[str, Any]:
+        stats = {"session_id": self.session_id, **self.session.stats(), "connection_state": self.pc.connectionState}
+        bytes_in, bytes_out, packets_in = await self._transport_counters()
         stats.update(
             bytes_received=bytes_in,
             bytes_sent=bytes_out,
