@@ -9,12 +9,14 @@ from aiohttp import web
 
 from .config import Settings
 from .engines import Engines, create_engines
+from .metrics import get_metrics, watch_sessions
 from .sessions.recordings import RecordingStore
 from .sessions.registry import SessionRegistry
-from .signaling import ice, offer, whep, whip
+from .signaling import ice, offer, websocket, whep, whip
 from .signaling.auth import bearer_auth
 from .signaling.ice import set_host_addresses, set_port_range
 from .signaling.keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
+from .signaling.limits import cors_allow_list, session_rate_limit
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +51,18 @@ def add_browser_client(app: web.Application) -> None:
     app.router.add_static("/static/", STATIC_DIR)
 
 
+SHUTDOWN_MESSAGE = "Server shutting down"
+
+
 async def _close_sessions(app: web.Application) -> None:
-    await app[REGISTRY].close_all()
+    """Ctrl-C / SIGTERM: every session hears why, then is closed (its last events drained first)."""
+    registry = app[REGISTRY]
+    for session_id in registry:
+        live = registry.get(session_id)
+        session = getattr(live, "session", None)
+        if session is not None:
+            session.notify(SHUTDOWN_MESSAGE)
+    await registry.close_all()
 
 
 async def _close_engines(app: web.Application) -> None:
@@ -58,21 +70,38 @@ async def _close_engines(app: web.Application) -> None:
     app[RECORDINGS].close()
 
 
+async def _start_engines(app: web.Application) -> None:
+    """Load the engines at startup (a GPU model takes a while) into the app's Engines holder."""
+    built = await create_engines(app[SETTINGS])
+    app[ENGINES].understand, app[ENGINES].generate = built.understand, built.generate
+
+
 def create_app(settings: Settings, engines: Engines | None = None) -> web.Application:
     """Build the server. `engines` overrides the ones the settings name (tests pass their own)."""
     set_host_addresses(None if settings.gather_all_interfaces else settings.ice_address)
     set_port_range(settings.ice_ports)
-    middlewares = [bearer_auth(settings.auth_token)] if settings.auth_token else []
+    middlewares = []
+    if settings.cors_origin:
+        middlewares.append(cors_allow_list(settings.cors_origin))
+    if settings.auth_token:
+        middlewares.append(bearer_auth(settings.auth_token))
+    if settings.session_rate_limit:
+        middlewares.append(session_rate_limit(settings.session_rate_limit))
     app = web.Application(client_max_size=offer.MAX_OFFER_BYTES, middlewares=middlewares)
     app[SETTINGS] = settings
-    app[ENGINES] = engines if engines is not None else create_engines(settings)
+    app[ENGINES] = engines if engines is not None else Engines()
+    if engines is None:
+        app.on_startup.append(_start_engines)
     app[REGISTRY] = SessionRegistry(settings.max_sessions)
     app[RECORDINGS] = RecordingStore(settings.recording_dir, settings.max_recordings)
+    watch_sessions(app[REGISTRY])
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", get_metrics)
     offer.add_routes(app)
     add_browser_client(app)
     whip.add_routes(app)
     whep.add_routes(app)
+    websocket.add_routes(app)
     app.router.add_get("/v1/ice-servers", ice.get_ice_servers)
     app.on_shutdown.append(_close_sessions)
     app.on_cleanup.append(_close_engines)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import logging
 import sys
@@ -11,6 +12,7 @@ import time
 from typing import Any
 
 from .config import add_settings_arguments, load_settings
+from .logs import configure_logging
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -19,7 +21,12 @@ def _serve(args: argparse.Namespace) -> int:
     from .app import create_app
 
     settings = load_settings(args)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if settings.engine == "vllm" and importlib.util.find_spec("vllm_omni") is None:
+        from .engines.vllm_runtime import INSTALL_HINT
+
+        print(f"rtc-omni: {INSTALL_HINT}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
     print(
         f"rtc-omni: engine={settings.engine} ice={','.join(settings.ice_address)} "

@@ -23,8 +23,30 @@ class Settings(BaseModel):
 
     host: str = Field("127.0.0.1", description="HTTP listen address.")
     port: int = Field(8080, ge=0, le=65535, description="HTTP listen port (0 picks a free one).")
-    engine: Literal["synthetic"] = Field("synthetic", description="Model engine.")
-    model: str = Field("synthetic", description="Model name reported to clients.")
+    engine: Literal["synthetic", "vllm", "remote"] = Field(
+        "synthetic",
+        description="Model engine: the embedded CPU engines, vLLM-Omni in-process (GPU), or 'remote': every "
+        "session bridged to the --upstream servers.",
+    )
+    model: str = Field(
+        "synthetic", description="Model name reported to clients; with --engine vllm, the model id or path to load."
+    )
+    deploy_config: str | None = Field(None, description="--engine vllm: vLLM-Omni deploy config YAML.")
+    stage_overrides: str | None = Field(None, description="--engine vllm: vLLM-Omni stage overrides as JSON.")
+    engine_arg: list[str] = Field(
+        default_factory=list,
+        description="--engine vllm: a further AsyncOmni argument as KEY=VALUE (VALUE parsed as JSON when it "
+        "is JSON); repeat for several.",
+    )
+    upstream: list[str] = Field(
+        default_factory=list,
+        description="A vLLM-Omni (or rtc-omni) server the remote engine forwards sessions to, as ws://HOST:PORT. "
+        "Repeat for several: each turn or generation goes to the healthy one with the fewest sessions.",
+    )
+    upstream_retry: float = Field(
+        10.0, gt=0, description="Seconds an upstream that failed is skipped before it is tried again."
+    )
+    upstream_connect_timeout: float = Field(5.0, gt=0, description="Seconds to open a WebSocket to an upstream.")
 
     ice_address: list[str] = Field(
         default_factory=lambda: ["127.0.0.1"],
@@ -90,6 +112,14 @@ class Settings(BaseModel):
         description="Bearer token every HTTP request must carry (Authorization: Bearer ...), except OPTIONS "
         "preflights and /healthz. None: no authentication.",
     )
+    session_rate_limit: int = Field(
+        60, ge=0, description="New sessions per minute allowed from one client address (0: no limit); more get 429."
+    )
+    cors_origin: list[str] = Field(
+        default_factory=list,
+        description="Browser origins allowed to call the API from other sites ('*' for any); repeat for "
+        "several. Empty: handlers' defaults (WHIP allows any origin, as RFC 9725 expects).",
+    )
     max_sessions: int = Field(64, ge=1, description="Concurrent sessions; more get 503.")
 
     synthetic_ttft: float = Field(0.15, ge=0, description="Synthetic engine: seconds before the first text token.")
@@ -118,6 +148,9 @@ class Settings(BaseModel):
     max_recordings: int = Field(16, ge=1, description="Recordings kept for download; the oldest are deleted.")
 
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="Log lines as text or JSON objects; both carry the session id."
+    )
 
     @field_validator("ice_address")
     @classmethod
@@ -133,6 +166,14 @@ class Settings(BaseModel):
         if self.ice_port_min is not None and self.ice_port_max is not None and self.ice_port_min > self.ice_port_max:
             raise ValueError("--ice-port-min must not exceed --ice-port-max")
         return self
+
+    @field_validator("upstream")
+    @classmethod
+    def _check_upstreams(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if not url.startswith(("ws://", "wss://")):
+                raise ValueError(f"upstream {url!r} must be a ws:// or wss:// URL")
+        return [url.rstrip("/") for url in value]
 
     @property
     def gather_all_interfaces(self) -> bool:

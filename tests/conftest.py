@@ -16,6 +16,8 @@ from rtc_omni.config import Settings
 from rtc_omni.engines import Engines, SyntheticEngine, SyntheticVideoEngine, create_engines
 from rtc_omni.signaling.keys import ENGINES, REGISTRY
 
+from .wsclient import WsClient
+
 FAST_SETTINGS = dict(
     host="127.0.0.1",
     ice_address=["127.0.0.1"],
@@ -23,6 +25,7 @@ FAST_SETTINGS = dict(
     synthetic_token_rate=200.0,
     synthetic_audio_speed=8.0,
     synthetic_voice="tone",
+    session_rate_limit=0,  # tests open many sessions from one address; test_reliability checks the limit
 )
 
 
@@ -58,7 +61,7 @@ async def make_server() -> AsyncIterator[ServerFactory]:
     async def factory(engine: Any = None, video_engine: Any = None, **overrides: Any) -> RunningServer:
         """A server with FAST_SETTINGS plus overrides; `engine` / `video_engine` replace the synthetic ones."""
         settings = Settings(**{**FAST_SETTINGS, **overrides})
-        engines = create_engines(settings)
+        engines = await create_engines(settings)
         engines = Engines(understand=engine or engines.understand, generate=video_engine or engines.generate)
         server = TestServer(create_app(settings, engines=engines), host="127.0.0.1", port=0)
         await server.start_server()
@@ -115,3 +118,21 @@ async def http_json(server: RunningServer, method: str, path: str, **kwargs: Any
             except ValueError:
                 body = None
             return response.status, body
+
+
+WsFactory = Callable[..., Awaitable[WsClient]]
+
+
+@pytest.fixture
+async def make_ws() -> AsyncIterator[WsFactory]:
+    """Plain WebSocket clients of a server's vLLM-Omni endpoints, closed at the end of the test."""
+    clients: list[WsClient] = []
+
+    async def factory(server: RunningServer, path: str) -> WsClient:
+        client = await WsClient.connect(server.url.replace("http://", "ws://") + path)
+        clients.append(client)
+        return client
+
+    yield factory
+    for client in clients:
+        await client.close()

@@ -22,8 +22,9 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def served():
+def served(request: pytest.FixtureRequest):
     port = free_port()
+    extra = getattr(request, "param", [])
     process = subprocess.Popen(
         [
             sys.executable,
@@ -36,6 +37,7 @@ def served():
             "tone",
             "--synthetic-token-rate",
             "200",
+            *extra,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -170,3 +172,43 @@ def test_generate_command_receives_and_writes_the_video(served, tmp_path: Path) 
     assert "received 40 frames of 320x240" in done.stdout and "first frame after" in done.stdout
     with av.open(str(out)) as container:
         assert sum(1 for _ in container.decode(video=0)) == 40
+
+
+@pytest.mark.parametrize("served", [["--log-format", "json"]], indirect=True)
+def test_json_logs_name_the_session_on_every_session_line(served) -> None:
+    url, process = served
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rtc_omni",
+            "client",
+            "understand",
+            "--server",
+            url,
+            "--video",
+            "colour:red",
+            "--audio",
+            "none",
+            "--width",
+            "160",
+            "--height",
+            "120",
+            "--query",
+            "hi",
+            "--warmup",
+            "0.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stderr
+    session_id = done.stdout.split("session ", 1)[1].split()[0]
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=15)
+    lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    assert lines and all({"ts", "level", "logger", "session_id", "message"} <= line.keys() for line in lines)
+    mine = [line for line in lines if line["session_id"] == session_id]
+    assert any("connection connected" in line["message"] for line in mine)
+    assert any(line["logger"].startswith("aioice") for line in mine)  # aioice's own lines carry it too

@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import Settings
+from ..protocol import generate as generate_proto
+from ..protocol import understand as understand_proto
 from .base import (
     TALKER_SAMPLE_RATE,
     AudioChunk,
+    EngineError,
     GenerateEngine,
     GenerateRequest,
     TextDelta,
@@ -17,8 +20,10 @@ from .base import (
     UnderstandTurn,
     VideoChunk,
 )
+from .remote import RemoteGenerateEngine, RemoteUnderstandEngine
 from .synthetic import SyntheticEngine
 from .synthetic_video import SyntheticVideoEngine
+from .upstream import UpstreamPool
 
 
 @dataclass
@@ -38,8 +43,24 @@ class Engines:
                 await engine.close()
 
 
-def create_engines(settings: Settings) -> Engines:
-    """Build the engines named by the settings. The synthetic engine serves both kinds."""
+async def create_engines(settings: Settings) -> Engines:
+    """Build the engines named by the settings. The synthetic and remote engines serve both kinds (a
+    remote server that lacks one endpoint answers that kind's requests with an error); vLLM-Omni
+    serves the one kind its model supports."""
+    if settings.engine == "vllm":
+        from .vllm_runtime import build_vllm_engines
+
+        understand, generate = await build_vllm_engines(settings)
+        return Engines(understand=understand, generate=generate)
+    if settings.engine == "remote":
+
+        def pool(path: str) -> UpstreamPool:
+            return UpstreamPool(settings.upstream, path, settings.upstream_retry, settings.upstream_connect_timeout)
+
+        return Engines(
+            understand=RemoteUnderstandEngine(pool(understand_proto.WEBSOCKET_PATH)),
+            generate=RemoteGenerateEngine(pool(generate_proto.WEBSOCKET_PATH)),
+        )
     if settings.engine == "synthetic":
         return Engines(
             understand=SyntheticEngine(
@@ -60,9 +81,12 @@ def create_engines(settings: Settings) -> Engines:
 __all__ = [
     "TALKER_SAMPLE_RATE",
     "AudioChunk",
+    "EngineError",
     "Engines",
     "GenerateEngine",
     "GenerateRequest",
+    "RemoteGenerateEngine",
+    "RemoteUnderstandEngine",
     "SyntheticEngine",
     "SyntheticVideoEngine",
     "VideoChunk",
@@ -71,5 +95,6 @@ __all__ = [
     "UnderstandEngine",
     "UnderstandOutput",
     "UnderstandTurn",
+    "UpstreamPool",
     "create_engines",
 ]

@@ -14,6 +14,11 @@ import numpy as np
 TALKER_SAMPLE_RATE = 24_000
 
 
+class EngineError(Exception):
+    """An engine failure whose message is fit for the client (e.g. a remote upstream went away);
+    sessions pass it on as the `detail` of their error event."""
+
+
 @dataclass(frozen=True)
 class TurnFrame:
     """One sampled camera frame as the model sees it."""
@@ -21,6 +26,7 @@ class TurnFrame:
     rgb: np.ndarray  # (H, W, 3) uint8
     frame_id: str | None
     pts_ms: float | None
+    jpeg: bytes | None = None  # the encoded frame as buffered (its md5 names it for caches)
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,9 @@ class UnderstandTurn:
     system_prompt: str | None = None
     modalities: tuple[str, ...] = ("text", "audio")
     speech_ms: float | None = None  # set when server VAD cut the audio: the speech without padding
+    model: str | None = None
+    use_audio_in_video: bool = True
+    sampling_params_list: list[dict[str, Any]] | None = None  # per stage: thinker, talker, code2wav
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,11 @@ class GenerateRequest:
     num_inference_steps: int | None = None
     guidance_scale: float | None = None
     extra_params: dict[str, Any] = field(default_factory=dict)
+    # The sampling fields the client set explicitly (num_inference_steps, guidance_scale,
+    # guidance_scale_2, true_cfg_scale, seed, boundary_ratio, flow_shift): only these override
+    # the engine's defaults, as in vLLM-Omni.
+    sampling_overrides: dict[str, Any] = field(default_factory=dict)
+    lora: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ import av
 import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
+from .. import metrics
+
 VIDEO_CLOCK_RATE = 90_000
 _TIME_BASE = fractions.Fraction(1, VIDEO_CLOCK_RATE)
 
@@ -120,6 +122,7 @@ class GeneratedVideoTrack(MediaStreamTrack):
         if not filler:
             self._last = rgb
             self.frames_sent += 1
+            metrics.GENERATED_FRAMES_SENT.inc()
             if self.on_frame_sent is not None:
                 await self.on_frame_sent(rgb)
         return frame

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .understand import ServerEvent
 
+WEBSOCKET_PATH = "/v1/realtime/video"
 DEFAULT_FPS = 24
 MAX_START_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_CONTROL_MESSAGE_BYTES = 128 * 1024
@@ -27,6 +28,7 @@ CONTROL_TOO_LARGE = "control message too large"
 INVALID_JSON_MESSAGE = "Invalid JSON message"
 CONTROL_NOT_AN_OBJECT = "WebSocket messages must be JSON objects"
 STALL_TIMEOUT = "Stall timeout: no generation progress"
+NOT_AVAILABLE = "Streaming video generation is not available"  # a server without this endpoint
 # Ours, in the same style.
 PROMPT_UPDATE_REPLACED = "session.prompt_update is not supported; send session.interaction instead"
 START_ALREADY_RECEIVED = "session.start was already received; one session generates one video"
@@ -51,6 +53,17 @@ def model_mismatch_error(requested: str, served: str) -> str:
 def unknown_message_type_error(msg_type: Any) -> str:
     return f"Unknown message type: {msg_type}"
 
+
+# Request fields that override the engine's diffusion defaults only when the client sets them.
+SAMPLING_FIELDS = (
+    "num_inference_steps",
+    "guidance_scale",
+    "guidance_scale_2",
+    "true_cfg_scale",
+    "seed",
+    "boundary_ratio",
+    "flow_shift",
+)
 
 _SIZE = re.compile(r"^(\d+)x(\d+)$")
 
@@ -151,7 +164,11 @@ class Interaction(BaseModel):
 class VideoStart(ServerEvent):
     type: ClassVar[str] = "video.start"
     request_id: str
+    format: str = "m4s"
     config: dict[str, Any]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": self.type, **self.model_dump(mode="json")}
 
 
 class VideoChunkMetadata(ServerEvent):

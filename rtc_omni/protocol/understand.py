@@ -11,6 +11,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+WEBSOCKET_PATH = "/v1/video/chat/stream"
+
 # Reference error strings (protocol section 2.5), kept verbatim so clients can match them.
 TIMEOUT_WAITING_FOR_CONFIG = "Timeout waiting for session.config"
 INVALID_JSON_IN_CONFIG = "Invalid JSON in session.config"
@@ -22,6 +24,7 @@ AUDIO_BUFFER_OVERFLOW = "Audio buffer overflow"
 NO_FRAMES_BUFFERED = "No frames buffered"
 QUERY_PROCESSING_FAILED = "Query processing failed"
 IDLE_TIMEOUT = "Idle timeout"
+NOT_AVAILABLE = "Streaming video chat is not available"  # a server without this endpoint
 # Our own, in the same style.
 BINARY_NOT_SUPPORTED = "Binary messages are not supported; send JSON text"
 MESSAGE_QUEUE_FULL = "Message queue full; message dropped"
@@ -203,3 +206,4 @@ class ErrorEvent(ServerEvent):
     type: ClassVar[str] = "error"
     message: str
     request_id: str | None = None
+    detail: str | None = None  # extension: why, when the reference string alone says too little

@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 from pydantic import ValidationError
 
+from .. import metrics
 from ..config import Settings
 from ..engines.base import GenerateEngine, GenerateRequest
 from ..media.frames import normalize_videos
@@ -77,7 +78,12 @@ class GenerateCounters:
 
 @dataclass
 class GenerateSession:
-    """State and behaviour of one streamed generation."""
+    """State and behaviour of one streamed generation.
+
+    `strict_reference` gives the reference's session semantics where ours differ (the WebSocket
+    endpoint sets it, docs/websocket.md): a bad `session.start` ends the session, and so does
+    `session.done` or a generation failure (which then sends no `session.done`).
+    """
 
     session_id: str
     settings: Settings
@@ -86,6 +92,7 @@ class GenerateSession:
     video: VideoSink
     reserve_recording: Callable[[str], Path] | None = None
     on_closed: Callable[[GenerateSession], None] | None = None
+    strict_reference: bool = False
 
     state: GenerateState = "waiting_start"
     request_id: str | None = None
@@ -128,6 +135,10 @@ class GenerateSession:
         if self.on_closed is not None:
             self.on_closed(self)
 
+    def notify(self, message: str) -> None:
+        """Tell the client something as an `error` event (e.g. that the server is going away)."""
+        self._error(message)
+
     def _close_soon(self) -> None:
         if self._closer is None:
             self._closer = asyncio.get_running_loop().create_task(self.close())
@@ -137,6 +148,7 @@ class GenerateSession:
             return
         if isinstance(event, proto.GenerateError):
             self.counters.errors_sent += 1
+            metrics.ERRORS.labels("generate", metrics.error_type(event.message)).inc()
         self.send(event.to_wire())
 
     def _error(self, message: str, code: str | None = None, event_id: str | None = None) -> None:
@@ -148,6 +160,12 @@ class GenerateSession:
         if event_id is not None:
             event.event_id = event_id
         self._emit(event)
+
+    def _start_failed(self, message: str) -> None:
+        """A bad `session.start`: the reference ends the session, we keep waiting for a good one."""
+        self._error(message)
+        if self.strict_reference:
+            self._close_soon()
 
     async def _watch(self) -> None:
         """Start timeout, stall timeout while generating, idle timeout once done."""
@@ -172,20 +190,22 @@ class GenerateSession:
     # ----------------------------------------------------------------- control messages
 
     def receive_text(self, raw: str) -> None:
-        if self.state == "closed":
+        if self.state == "closed" or self._closer is not None:
             return
         self._last_message_at = time.monotonic()
         limit = proto.MAX_START_MESSAGE_BYTES if self.state == "waiting_start" else proto.MAX_CONTROL_MESSAGE_BYTES
+        waiting = self.state == "waiting_start"
+        report = self._start_failed if waiting else self._error
         if len(raw.encode()) > limit:
-            self._error(proto.START_TOO_LARGE if self.state == "waiting_start" else proto.CONTROL_TOO_LARGE)
+            report(proto.START_TOO_LARGE if waiting else proto.CONTROL_TOO_LARGE)
             return
         try:
             msg = json.loads(raw)
         except (json.JSONDecodeError, RecursionError):
-            self._error(proto.INVALID_JSON_IN_START if self.state == "waiting_start" else proto.INVALID_JSON_MESSAGE)
+            report(proto.INVALID_JSON_IN_START if waiting else proto.INVALID_JSON_MESSAGE)
             return
         if not isinstance(msg, dict):
-            self._error(proto.START_NOT_AN_OBJECT if self.state == "waiting_start" else proto.CONTROL_NOT_AN_OBJECT)
+            report(proto.START_NOT_AN_OBJECT if waiting else proto.CONTROL_NOT_AN_OBJECT)
             return
         try:
             self._queue.put_nowait(msg)
@@ -209,7 +229,7 @@ class GenerateSession:
         msg_type = msg.get("type")
         if self.state == "waiting_start":
             if msg_type != "session.start":
-                self._error(proto.expected_start_error(msg_type))
+                self._start_failed(proto.expected_start_error(msg_type))
                 return
             await self._handle_start(msg)
             return
@@ -231,16 +251,16 @@ class GenerateSession:
     async def _handle_start(self, msg: dict[str, Any]) -> None:
         output_format = msg.get("format", "m4s")
         if output_format != "m4s":  # fMP4 is meaningless over RTP, but only "m4s" is valid upstream
-            self._error(proto.INVALID_FORMAT)
+            self._start_failed(proto.INVALID_FORMAT)
             return
         try:
             request = proto.VideoGenerationRequest.model_validate(proto.coerce_start_fields(msg))
         except ValidationError as exc:
-            self._error(proto.invalid_start_error(str(exc)))
+            self._start_failed(proto.invalid_start_error(str(exc)))
             return
         served = self.settings.model
         if request.model is not None and request.model != served:
-            self._error(proto.model_mismatch_error(request.model, served))
+            self._start_failed(proto.model_mismatch_error(request.model, served))
             return
         params = request.resolve_video_params()
         self.request_id = f"video_stream-{uuid.uuid4().hex}"
@@ -256,6 +276,12 @@ class GenerateSession:
             num_inference_steps=request.num_inference_steps,
             guidance_scale=request.guidance_scale,
             extra_params=dict(request.extra_params or {}),
+            sampling_overrides={
+                name: getattr(request, name)
+                for name in proto.SAMPLING_FIELDS
+                if name in request.model_fields_set and getattr(request, name) is not None
+            },
+            lora=request.lora,
         )
         self.video.fps = float(engine_request.fps)
         if request.record and self.reserve_recording is not None:
@@ -315,7 +341,7 @@ class GenerateSession:
             await asyncio.wait([generation], timeout=ENGINE_CALL_TIMEOUT_S)
         self.video.flush()
         await self._end_stream()
-        self._finish(stopped=True)
+        await self._finish(stopped=True)
 
     async def _end_stream(self) -> None:
         """Release the last frame at the peer, and let it leave before `session.done` does."""
@@ -323,19 +349,21 @@ class GenerateSession:
         await self.video.wait_drained(timeout=2.0 / max(self.video.fps, 1.0) + 1.0)
         await asyncio.sleep(FRAME_IN_FLIGHT_S)
 
-    def _finish(self, *, stopped: bool) -> None:
+    async def _finish(self, *, stopped: bool) -> None:
         if self.state != "generating":
             return
         self.state = "done"
         self._last_message_at = time.monotonic()
         assert self.request_id is not None
+        if self.recorder is not None:
+            await self.recorder.finish()  # the recording is downloadable once session.done arrives
         self._emit(
             proto.GenerationDone(
                 request_id=self.request_id, chunks=self.counters.chunks, frames=self.video.frames_sent, stopped=stopped
             )
         )
-        if self.recorder is not None:
-            self._tasks.spawn(self.recorder.finish())
+        if self.strict_reference:
+            self._close_soon()  # one reference session is one generation
 
     def _chunk_metadata(self, chunk_index: int, first: int, count: int) -> proto.VideoChunkMetadata:
         assert self.request_id is not None
@@ -388,13 +416,16 @@ class GenerateSession:
             drain_limit = self.counters.frames_generated / max(self.video.fps, 1.0) + self.settings.engine_stall_timeout
             await self.video.wait_drained(drain_limit)
             await self._end_stream()
-            self._finish(stopped=False)
+            await self._finish(stopped=False)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             logger.info("session %s: generation failed: %s", self.session_id, exc)
             self._error(str(exc) or type(exc).__name__)
-            if not self._stopped:
+            if self.strict_reference and not self._stopped:
+                self.video.flush()
+                self._close_soon()  # the reference ends without session.done (close aborts the engine)
+            elif not self._stopped:
                 await self._stop()
         finally:
             await stream.aclose()  # type: ignore[attr-defined]

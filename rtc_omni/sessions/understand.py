@@ -26,10 +26,12 @@ import numpy as np
 from PIL import Image
 from pydantic import ValidationError
 
+from .. import metrics
 from ..config import Settings
 from ..engines.base import (
     TALKER_SAMPLE_RATE,
     AudioChunk,
+    EngineError,
     TextDelta,
     TurnFrame,
     UnderstandEngine,
@@ -127,7 +129,13 @@ class _PendingFrame:
 
 @dataclass
 class UnderstandSession:
-    """State and behaviour of one understanding conversation."""
+    """State and behaviour of one understanding conversation.
+
+    `strict_reference` gives the reference's session semantics where ours differ (the WebSocket
+    endpoint sets it, docs/websocket.md): a bad or missing `session.config` and a binary message
+    end the session, an interrupt by a new query is silent, `response.text.done` goes out at the
+    first audio output, and speech always comes back as `response.audio.delta` events.
+    """
 
     session_id: str
     settings: Settings
@@ -135,6 +143,7 @@ class UnderstandSession:
     send: Callable[[dict[str, Any]], None]
     talker: Talker | None = None
     on_closed: Callable[[UnderstandSession], None] | None = None
+    strict_reference: bool = False
 
     state: SessionState = "configuring"
     config: proto.SessionConfig | None = None
@@ -143,6 +152,7 @@ class UnderstandSession:
     def __post_init__(self) -> None:
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(MAX_MESSAGE_QUEUE)
         self._explicit_config = False
+        self._config_queued = False  # judge what follows a queued config as the config's processor will
         self._frames = FrameBuffer(50)
         self._dc_filter: FrameSimilarityFilter | None = None
         self._track_filter: FrameSimilarityFilter | None = None
@@ -180,6 +190,10 @@ class UnderstandSession:
         if self.on_closed is not None:
             self.on_closed(self)
 
+    def notify(self, message: str) -> None:
+        """Tell the client something as an `error` event (e.g. that the server is going away)."""
+        self._error(message)
+
     def _close_soon(self) -> None:
         """Close from inside one of the session's own tasks without cancelling it mid-way."""
         if self._closer is None:
@@ -190,6 +204,7 @@ class UnderstandSession:
             return
         if isinstance(event, proto.ErrorEvent):
             self.counters.errors_sent += 1
+            metrics.ERRORS.labels("understand", metrics.error_type(event.message)).inc()
         self.send(event.to_wire())
 
     def _error(self, message: str, request_id: str | None = None) -> None:
@@ -197,6 +212,14 @@ class UnderstandSession:
         if request_id is not None:
             event.request_id = request_id
         self._emit(event)
+
+    def _ends_reference_session(self, message: str) -> None:
+        """An error the reference ends the session on (a bad first message, a binary message);
+        without `strict_reference` the session goes on (and keeps waiting for a good config)."""
+        self._error(message)
+        if self.strict_reference:
+            self.state = "finishing"
+            self._close_soon()
 
     def _touch(self) -> None:
         self._last_activity = time.monotonic()
@@ -217,14 +240,18 @@ class UnderstandSession:
         if self.state in ("finishing", "closed"):
             return
         self._touch()
+        awaiting_config = self.config is None and not self._config_queued
         try:
             msg = json.loads(raw)
         except (json.JSONDecodeError, RecursionError):
-            self._error(proto.INVALID_JSON_IN_CONFIG if self.config is None else proto.INVALID_JSON)
+            if awaiting_config:
+                self._ends_reference_session(proto.INVALID_JSON_IN_CONFIG)
+            else:
+                self._error(proto.INVALID_JSON)
             return
         if not isinstance(msg, dict):
-            if self.config is None:
-                self._error(proto.expected_config_error(type(msg).__name__))
+            if awaiting_config:
+                self._ends_reference_session(proto.expected_config_error(type(msg).__name__))
             else:
                 self._error(proto.NOT_AN_OBJECT)
             return
@@ -241,10 +268,12 @@ class UnderstandSession:
             return
         if msg_type == "video.done":
             self.state = "finishing"
+        elif msg_type == "session.config":
+            self._config_queued = True
 
     def receive_binary(self, data: bytes) -> None:
         self._touch()
-        self._error(proto.BINARY_NOT_SUPPORTED)
+        self._ends_reference_session(proto.BINARY_NOT_SUPPORTED)  # the reference's reader fails on binary
 
     async def _process_messages(self) -> None:
         while True:
@@ -254,7 +283,9 @@ class UnderstandSession:
                     async with asyncio.timeout(timeout):
                         msg = await self._queue.get()
                 except TimeoutError:
-                    self._error(proto.TIMEOUT_WAITING_FOR_CONFIG)
+                    self._ends_reference_session(proto.TIMEOUT_WAITING_FOR_CONFIG)
+                    if self.strict_reference:
+                        return
                     self._apply_config(proto.SessionConfig(), explicit=False)
                     continue
             else:
@@ -280,8 +311,8 @@ class UnderstandSession:
             self._handle_config(msg)
             return False
         if self.config is None:
-            self._error(proto.expected_config_error(msg_type))
-            return False
+            self._ends_reference_session(proto.expected_config_error(msg_type))
+            return self.strict_reference
         if msg_type == "video.frame":
             await self._handle_dc_frame(msg)
         elif msg_type == "audio.chunk":
@@ -310,7 +341,7 @@ class UnderstandSession:
         try:
             config = proto.SessionConfig.model_validate(data)
         except ValidationError as exc:
-            self._error(proto.invalid_config_error(str(exc)))
+            self._ends_reference_session(proto.invalid_config_error(str(exc)))
             return
         self._apply_config(config, explicit=True)
 
@@ -322,6 +353,8 @@ class UnderstandSession:
     def _apply_config(self, config: proto.SessionConfig, *, explicit: bool) -> None:
         if not explicit and self.settings.turn_detection == "server_vad":
             config.turn_detection = proto.TurnDetection()
+        if self.strict_reference:
+            config.audio_events = True  # the reference's only way to return speech
         self.config = config
         self._server_vad = (
             ServerVad(config.turn_detection, self.talker.echo if self.talker is not None else None)
@@ -345,6 +378,7 @@ class UnderstandSession:
 
     def note_frame_received(self) -> None:
         self.counters.frames_received += 1
+        metrics.FRAMES.labels("received").inc()
         self._touch()
 
     async def _handle_dc_frame(self, msg: dict[str, Any]) -> None:
@@ -352,6 +386,7 @@ class UnderstandSession:
         if not data:
             return
         self.counters.frames_received += 1
+        metrics.FRAMES.labels("received").inc()
         if not isinstance(data, str) or len(data) > self.settings.max_frame_size:
             self._error(proto.FRAME_TOO_LARGE if isinstance(data, str) else proto.INVALID_IMAGE_DATA)
             return
@@ -362,6 +397,7 @@ class UnderstandSession:
             self._error(proto.INVALID_IMAGE_DATA)
             return
         self.counters.frames_sampled += 1
+        metrics.FRAMES.labels("sampled").inc()
         frame = BufferedFrame(
             data=raw,
             frame_id=msg.get("frame_id"),
@@ -384,6 +420,7 @@ class UnderstandSession:
         if self.state != "active":
             return
         self.counters.frames_sampled += 1
+        metrics.FRAMES.labels("sampled").inc()
         self._track_frame_seq += 1
         track_filter = self._track_filter
 
@@ -407,6 +444,7 @@ class UnderstandSession:
     def _buffer_frame(self, frame: BufferedFrame, retained: bool) -> None:
         if not retained:
             self.counters.frames_filtered += 1
+            metrics.FRAMES.labels("filtered").inc()
             self._ack(frame, accepted=False, reason="filtered")
             return
         evicted = self._frames.append(frame)
@@ -435,6 +473,7 @@ class UnderstandSession:
         self._emit(ack)
 
     def _append_audio(self, pcm16: bytes) -> None:
+        metrics.AUDIO_MS_IN.inc(len(pcm16) / 32)
         if not self._audio.append(pcm16):
             self._error(proto.AUDIO_BUFFER_OVERFLOW)
         if self._server_vad is not None:
@@ -491,7 +530,7 @@ class UnderstandSession:
 
     async def _start_turn(self, query: str, audio: bytes | None, speech_ms: float | None) -> None:
         """Interrupt any active turn, then answer from the buffers (or the given speech segment)."""
-        await self._cancel_turn(notify=True)
+        await self._cancel_turn(notify=not self.strict_reference)
         if len(self._frames) == 0:
             self._error(proto.NO_FRAMES_BUFFERED)
             return
@@ -500,6 +539,7 @@ class UnderstandSession:
         audio = self._audio.take_all() if audio is None else audio
         self._turn = turn
         self.counters.turns_started += 1
+        metrics.TURNS.labels("started").inc()
         turn.task = self._tasks.spawn(self._run_turn(turn, frames, audio, query, speech_ms))
 
     def _turn_frames(self) -> list[BufferedFrame]:
@@ -533,6 +573,7 @@ class UnderstandSession:
             except Exception:
                 logger.warning("session %s: abort of %s failed", self.session_id, turn.request_id, exc_info=True)
         self.counters.turns_cancelled += 1
+        metrics.TURNS.labels("cancelled").inc()
         if notify:
             self._emit(proto.ResponseCancelled(request_id=turn.request_id))
 
@@ -543,6 +584,7 @@ class UnderstandSession:
                     rgb=np.asarray(_decode_image(f.data).convert("RGB")),
                     frame_id=f.frame_id if f.has_id else None,
                     pts_ms=f.pts_ms if isinstance(f.pts_ms, (int, float)) else None,
+                    jpeg=f.data,
                 )
                 for f in frames
             ]
@@ -582,17 +624,29 @@ class UnderstandSession:
                 system_prompt=config.system_prompt,
                 modalities=tuple(config.modalities),
                 speech_ms=speech_ms,
+                model=config.model,
+                use_audio_in_video=config.use_audio_in_video,
+                sampling_params_list=config.sampling_params_list,
             )
             consumed_pending = any(f.has_id for f in frames)
+            started = time.monotonic()
             async for output in self._outputs(engine_turn):
                 if consumed_pending:
                     consumed_pending = False
                     self._emit(self._frames_consumed(request_id, frames))
                 if isinstance(output, TextDelta):
+                    if not turn.text:
+                        metrics.TIME_TO_FIRST_TEXT.observe(time.monotonic() - started)
                     turn.text += output.text
                     self._emit(proto.TextDeltaEvent(request_id=request_id, delta=output.text))
                 elif isinstance(output, AudioChunk):
+                    if not audio_seen:
+                        metrics.TIME_TO_FIRST_AUDIO.observe(time.monotonic() - started)
                     audio_seen = True
+                    if self.strict_reference and not turn.text_done_sent:
+                        # The reference's quirk: text.done (text so far) at the first audio output.
+                        turn.text_done_sent = True
+                        self._emit(proto.TextDone(request_id=request_id, text=turn.text))
                     if config.audio_events:
                         data = _wav_base64(output.samples, TALKER_SAMPLE_RATE)
                         self._emit(proto.AudioDeltaEvent(request_id=request_id, data=data))
@@ -604,13 +658,18 @@ class UnderstandSession:
         except TimeoutError:
             await self._fail_turn(turn, proto.ENGINE_STALLED)
             return
+        except EngineError as exc:
+            logger.warning("session %s: turn %s failed: %s", self.session_id, request_id, exc)
+            await self._fail_turn(turn, proto.QUERY_PROCESSING_FAILED, detail=str(exc))
+            return
         except Exception:
             logger.exception("session %s: turn %s failed", self.session_id, request_id)
             await self._fail_turn(turn, proto.QUERY_PROCESSING_FAILED)
             return
 
-        turn.text_done_sent = True
-        self._emit(proto.TextDone(request_id=request_id, text=turn.text))
+        if not turn.text_done_sent:
+            turn.text_done_sent = True
+            self._emit(proto.TextDone(request_id=request_id, text=turn.text))
         if audio_seen:
             if self.talker is not None:
                 # The turn lasts until its speech has played out, so an interrupt can still cut it.
@@ -619,11 +678,13 @@ class UnderstandSession:
         self._history.append({"role": "user", "content": query})
         self._history.append({"role": "assistant", "content": turn.text})
         self.counters.turns_completed += 1
+        metrics.TURNS.labels("completed").inc()
         if self._turn is turn:
             self._turn = None
 
-    async def _fail_turn(self, turn: _Turn, message: str) -> None:
+    async def _fail_turn(self, turn: _Turn, message: str, detail: str | None = None) -> None:
         self.counters.turns_failed += 1
+        metrics.TURNS.labels("failed").inc()
         if self._turn is turn:
             self._turn = None
         if not turn.engine_finished:
@@ -632,7 +693,10 @@ class UnderstandSession:
                     await self.engine.abort(turn.request_id)
             except Exception:
                 logger.debug("abort after failure failed", exc_info=True)
-        self._error(message, request_id=turn.request_id)
+        event = proto.ErrorEvent(message=message, request_id=turn.request_id)
+        if detail is not None:
+            event.detail = detail
+        self._emit(event)
         if not turn.text_done_sent:
             self._emit(proto.TextDone(request_id=turn.request_id, text=turn.text))
 

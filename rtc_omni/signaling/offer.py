@@ -14,6 +14,7 @@ from aiortc import RTCSessionDescription
 from aiortc.sdp import SessionDescription
 from pydantic import BaseModel, ValidationError
 
+from ..logs import SESSION_ID
 from ..sessions.registry import SessionLimitReached, new_session_id
 from .keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 from .peer import OfferRejected, PeerSession, TooManyPeers
@@ -65,6 +66,7 @@ async def open_session(
     registry = app[REGISTRY]
     registry.check_capacity()
     session_id = new_session_id()
+    SESSION_ID.set(session_id)  # this task's logs, and those of the tasks it starts, name the session
 
     async def forget(_peer: PeerSession) -> None:
         registry.remove(session_id)

@@ -1,0 +1,324 @@
+"""vLLM-Omni engines: AsyncOmni's outputs turned into our text, speech and video chunks.
+
+This module holds the logic and is tested on CPU with fakes of vLLM-Omni's object shapes; it
+never imports vllm, vllm-omni or torch. `vllm_runtime.py` builds the real AsyncOmni and the chat
+preprocessing on a GPU machine and hands them in.
+
+Understanding follows vLLM-Omni's Qwen-Omni pipeline hooks (prompt shape, cumulative text, audio
+drained chunk by chunk, the 1920-sample leading edge cut from a turn's first audio) with one
+deliberate difference: `sampling_params_list` from session.config reaches `generate()`.
+Generation builds the diffusion sampling parameters as vLLM-Omni's streaming handler does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import hashlib
+import io
+import wave
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+import numpy as np
+from PIL import Image
+
+from .base import AudioChunk, GenerateRequest, TextDelta, UnderstandOutput, UnderstandTurn, VideoChunk
+
+CODEC_FRAME_SAMPLES = 1920  # the talker's causal-convolution leading edge (80 ms at 24 kHz)
+HISTORY_MESSAGES = 2  # the Qwen handler replays the last two history entries, as text
+ABORT_SETTLE_S = 0.1  # upstream's scheduler needs a moment after an abort before the next request
+
+
+class OmniClient(Protocol):
+    """The part of vLLM-Omni's AsyncOmni the engines use."""
+
+    def generate(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]: ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+
+ChatPreprocessor = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+# ----------------------------------------------------------------------------- understanding
+
+
+def text_of(content: Any) -> str:
+    """A history message's content reduced to text, as the Qwen handler replays it."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+def wav_base64(pcm16: bytes, sample_rate: int = 16_000) -> str:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(sample_rate)
+        wav.writeframes(pcm16)
+    return base64.b64encode(out.getvalue()).decode("ascii")
+
+
+def build_messages(turn: UnderstandTurn) -> list[dict[str, Any]]:
+    """OpenAI-style messages for one turn, in the Qwen-Omni handler's shape."""
+    messages: list[dict[str, Any]] = []
+    if turn.system_prompt:
+        messages.append({"role": "system", "content": turn.system_prompt})
+    for past in turn.history[-HISTORY_MESSAGES:]:
+        messages.append({"role": past["role"], "content": text_of(past.get("content"))})
+    content: list[dict[str, Any]] = []
+    for frame in turn.frames:
+        # The md5 of the encoded frame is the multimodal uuid: repeated frames hit the engine's cache.
+        uuid = hashlib.md5(frame.jpeg, usedforsecurity=False).hexdigest() if frame.jpeg else None
+        content.append({"type": "image_pil", "image_pil": Image.fromarray(frame.rgb), "uuid": uuid})
+    if turn.audio_pcm16:
+        content.append({"type": "input_audio", "input_audio": {"data": wav_base64(turn.audio_pcm16), "format": "wav"}})
+    if turn.query:
+        content.append({"type": "text", "text": turn.query})
+    messages.append({"role": "user", "content": content})
+    return messages
+
+
+def chat_request(turn: UnderstandTurn) -> dict[str, Any]:
+    """The chat-completions request vLLM-Omni's handler builds (protocol section 3.5)."""
+    request: dict[str, Any] = {
+        "model": turn.model or "default",
+        "messages": build_messages(turn),
+        "stream": True,
+        "modalities": list(turn.modalities),
+        "add_generation_prompt": True,
+        "continue_final_message": False,
+        "add_special_tokens": False,
+    }
+    if turn.use_audio_in_video and turn.audio_pcm16:
+        request["mm_processor_kwargs"] = {"use_audio_in_video": True}
+    if turn.sampling_params_list:
+        request["sampling_params_list"] = turn.sampling_params_list
+    return request
+
+
+def first_completion(output: Any) -> Any:
+    """outputs[0] of an OmniRequestOutput, in its current shape or the older request_output one."""
+    for holder in (output, getattr(output, "request_output", None)):
+        outputs = getattr(holder, "outputs", None)
+        if isinstance(outputs, list) and outputs:
+            return outputs[0]
+    return None
+
+
+def to_numpy(tensor: Any) -> np.ndarray:
+    """A tensor (or array) as flat float32 on the CPU: `.float().detach().cpu().numpy()` semantics."""
+    if hasattr(tensor, "float"):
+        value = tensor.float()
+        value = value.detach() if hasattr(value, "detach") else value
+        return np.asarray(value.cpu().numpy(), dtype=np.float32).reshape(-1)
+    return np.asarray(tensor, dtype=np.float32).reshape(-1)
+
+
+class AudioDrain:
+    """Takes only the audio a turn has not seen yet from the talker's growing output.
+
+    The first audio output carries one tensor; later ones a list of per-step tensors whose first
+    element is that tensor. Only the new tensors are converted (they alone leave the GPU).
+    """
+
+    def __init__(self) -> None:
+        self.drained = 0
+        self.emitted_any = False
+
+    def take(self, audio: Any) -> np.ndarray | None:
+        if audio is None:
+            return None
+        if isinstance(audio, list):
+            fresh = audio[self.drained :]
+            self.drained = max(self.drained, len(audio))
+            if not fresh:
+                return None
+            samples = np.concatenate([to_numpy(t) for t in fresh])
+        else:
+            if self.drained >= 1:  # the same single tensor again
+                return None
+            self.drained = 1
+            samples = to_numpy(audio)
+        if not self.emitted_any and samples.size > 2 * CODEC_FRAME_SAMPLES:
+            samples = samples[CODEC_FRAME_SAMPLES:]
+        if samples.size == 0:
+            return None
+        self.emitted_any = True
+        return np.clip(samples, -1.0, 1.0)
+
+
+class OmniUnderstandEngine:
+    """Answers turns with a multi-stage vLLM-Omni model (Qwen3-Omni: thinker, talker, code2wav)."""
+
+    name = "vllm"
+
+    def __init__(self, client: OmniClient, preprocess: ChatPreprocessor) -> None:
+        self.client = client
+        self.preprocess = preprocess
+
+    async def generate(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:
+        prompt = await self.preprocess(chat_request(turn))
+        kwargs: dict[str, Any] = {
+            "prompt": prompt,
+            "request_id": turn.request_id,
+            "output_modalities": list(turn.modalities),
+        }
+        if turn.sampling_params_list:
+            kwargs["sampling_params_list"] = turn.sampling_params_list
+        previous_text = ""
+        audio = AudioDrain()
+        async for output in self.client.generate(**kwargs):
+            if error := getattr(output, "error", None):
+                raise RuntimeError(str(error))
+            completion = first_completion(output)
+            if completion is None:
+                continue
+            if getattr(output, "final_output_type", "text") == "audio":
+                mm = getattr(completion, "multimodal_output", None)
+                samples = audio.take(mm.get("audio") if isinstance(mm, Mapping) else None)
+                if samples is not None:
+                    yield AudioChunk(samples)
+                continue
+            text = getattr(completion, "text", None)
+            if isinstance(text, str) and text:
+                # Cumulative text: the delta is the new suffix, or all of it if it does not extend.
+                delta = text[len(previous_text) :] if text.startswith(previous_text) else text
+                previous_text = text
+                if delta:
+                    yield TextDelta(delta)
+
+    async def abort(self, request_id: str) -> None:
+        await self.client.abort(request_id)
+        await asyncio.sleep(ABORT_SETTLE_S)
+
+    async def close(self) -> None:
+        shutdown = getattr(self.client, "shutdown", None)
+        if callable(shutdown):
+            result = shutdown()
+            if asyncio.iscoroutine(result):
+                await result
+
+
+# ----------------------------------------------------------------------------- generation
+
+
+def video_outputs(result: Any) -> Any:
+    """The videos of one diffusion output: `images`, the older request_output, or multimodal 'video'."""
+    if getattr(result, "images", None):
+        return result.images
+    request_output = getattr(result, "request_output", None)
+    if isinstance(request_output, dict) and request_output.get("images"):
+        return request_output["images"]
+    if request_output is not None and not isinstance(request_output, dict):
+        if getattr(request_output, "images", None):
+            return request_output.images
+        mm = getattr(request_output, "multimodal_output", None)
+        if mm:
+            return mm.get("video")
+    mm = getattr(result, "multimodal_output", None)
+    return mm.get("video") if mm else None
+
+
+class DiffusionRuntime(Protocol):
+    """vLLM-Omni's pieces the generation engine needs, injected so that tests can fake them."""
+
+    stage_types: list[str]
+
+    def default_params(self) -> Any:
+        """A fresh OmniDiffusionSamplingParams, or a deep copy of the engine's default one."""
+        ...
+
+    def stage_params(self, diffusion_params: Any) -> list[Any]:
+        """The per-stage sampling list with the diffusion parameters replaced."""
+        ...
+
+    def lora(self, lora: dict[str, Any]) -> tuple[Any, float | None]:
+        """vLLM-Omni's parse_lora_request."""
+        ...
+
+    def interaction(self, prompt: str, transition_chunks: int) -> Any:
+        """An OmniInteractionPrompt."""
+        ...
+
+
+def diffusion_params(runtime: DiffusionRuntime, request: GenerateRequest) -> Any:
+    """OmniDiffusionSamplingParams as the reference builds them: engine defaults, then only what
+    the client set explicitly (protocol section 4.8)."""
+    params = copy.deepcopy(runtime.default_params())
+    params.width, params.height = request.width, request.height
+    params.num_frames = request.num_frames
+    params.fps = request.fps
+    params.frame_rate = float(request.fps)
+    for name, value in request.sampling_overrides.items():
+        if name == "flow_shift":
+            params.extra_args["flow_shift"] = value
+        else:
+            setattr(params, name, value)
+    params.extra_args.update(request.extra_params)
+    if request.lora:
+        lora_request, lora_scale = runtime.lora(request.lora)
+        if lora_request is not None:
+            params.lora_request = lora_request
+            if lora_scale is not None:
+                params.lora_scale = lora_scale
+    return params
+
+
+class OmniGenerateEngine:
+    """Streams video from a diffusion-only vLLM-Omni model (Helios streams chunk by chunk)."""
+
+    name = "vllm"
+
+    def __init__(self, client: OmniClient, runtime: DiffusionRuntime) -> None:
+        self.client = client
+        self.runtime = runtime
+        self._chunks_yielded: dict[str, int] = {}
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[VideoChunk]:
+        for stage_type in self.runtime.stage_types:
+            if stage_type != "diffusion":
+                raise RuntimeError(f"Video generation only supports diffusion stages, found '{stage_type}' stage.")
+        prompt: dict[str, Any] = {"prompt": request.prompt}
+        if request.negative_prompt is not None:
+            prompt["negative_prompt"] = request.negative_prompt
+        sampling = self.runtime.stage_params(diffusion_params(self.runtime, request))
+        self._chunks_yielded[request.request_id] = 0
+        try:
+            stream = self.client.generate(prompt=prompt, request_id=request.request_id, sampling_params_list=sampling)
+            async for output in stream:
+                if error := getattr(output, "error", None):
+                    raise RuntimeError(str(error))
+                videos = video_outputs(output)
+                if videos is None:
+                    raise RuntimeError("No video outputs found in generation result.")
+                index = self._chunks_yielded[request.request_id]
+                self._chunks_yielded[request.request_id] = index + 1
+                yield VideoChunk(frames=videos, chunk_index=index)
+        finally:
+            self._chunks_yielded.pop(request.request_id, None)
+
+    async def interact(self, request_id: str, prompt: str, transition_chunks: int = 0) -> int:
+        if request_id not in self._chunks_yielded:
+            raise ValueError(f"no running generation {request_id}")
+        submit = getattr(self.client, "submit_interaction_async", None)
+        if submit is None:
+            raise ValueError("this engine does not take interactions")
+        await submit(request_id, interaction=self.runtime.interaction(prompt, transition_chunks))
+        # vLLM-Omni applies it at the next chunk boundary: the chunk after the one in progress.
+        return self._chunks_yielded[request_id] + 1
+
+    async def abort(self, request_id: str) -> None:
+        await self.client.abort(request_id)
+
+    async def close(self) -> None:
+        shutdown = getattr(self.client, "shutdown", None)
+        if callable(shutdown):
+            result = shutdown()
+            if asyncio.iscoroutine(result):
+                await result

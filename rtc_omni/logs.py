@@ -1,0 +1,44 @@
+"""Logging with the session id on every line, as text or JSON lines.
+
+The id lives in a context variable set when a session is created; the tasks that serve the
+session (ours, and aiortc's and aioice's, created while it is set up) inherit it, so their log
+records carry it too. Lines outside any session show "-".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextvars import ContextVar
+
+SESSION_ID: ContextVar[str] = ContextVar("session_id", default="-")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(session_id)s] %(message)s"
+
+
+class SessionIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.session_id = SESSION_ID.get()
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, session_id, message (and the exception)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "ts": self.formatTime(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "session_id": getattr(record, "session_id", "-"),
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+def configure_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler()
+    handler.addFilter(SessionIdFilter())
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)

@@ -1,0 +1,204 @@
+"""The WebSocket transport: vLLM-Omni's own endpoints, served by the same session classes as WebRTC.
+
+`/v1/video/chat/stream` binds an `UnderstandSession` and `/v1/realtime/video` a `GenerateSession`
+to one WebSocket each, with `strict_reference` set so that they behave as the reference handlers
+do (docs/websocket.md lists every difference from the DataChannel). Text messages go to
+`receive_text`, events come back as JSON text through a bounded outbox, generated video as fMP4
+binary messages (media/fmp4_sink.py). A WebSocket client is a peer without media tracks: speech
+comes back as `response.audio.delta` WAV events, as upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from ..logs import SESSION_ID
+from ..media.fmp4_sink import Fmp4ChunkSink
+from ..protocol import generate as generate_proto
+from ..protocol import understand as understand_proto
+from ..sessions.generate import GenerateSession
+from ..sessions.registry import SessionLimitReached, new_session_id
+from ..sessions.understand import UnderstandSession
+from ..tasks import TaskSet
+from .keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
+
+logger = logging.getLogger(__name__)
+
+MAX_OUTBOX_MESSAGES = 512
+SEND_TIMEOUT_S = 30.0
+DRAIN_TIMEOUT_S = 2.0
+MESSAGE_SLACK_BYTES = 64 * 1024  # above the protocol's limits, so the session reports the overrun
+START_MESSAGE_LIMIT = 4 * 1024 * 1024
+
+
+class Outbox:
+    """What goes to one WebSocket, in order, through a bounded queue and one writer task.
+
+    JSON events never wait: a client so slow that 512 messages pile up is disconnected. Binary
+    video waits (bounded) for room, which back-pressures the generation.
+    """
+
+    def __init__(self, ws: web.WebSocketResponse) -> None:
+        self._ws = ws
+        self._queue: asyncio.Queue[str | bytes] = asyncio.Queue(MAX_OUTBOX_MESSAGES)
+        self.overflowed = asyncio.Event()
+
+    def send_json(self, event: dict[str, Any]) -> None:
+        try:
+            self._queue.put_nowait(json.dumps(event, separators=(",", ":")))
+        except asyncio.QueueFull:
+            logger.warning("websocket client is not reading; disconnecting it")
+            self.overflowed.set()
+
+    async def send_bytes(self, data: bytes) -> None:
+        async with asyncio.timeout(SEND_TIMEOUT_S):
+            await self._queue.put(data)
+
+    async def run(self) -> None:
+        while True:
+            item = await self._queue.get()
+            try:
+                if isinstance(item, str):
+                    await self._ws.send_str(item)
+                else:
+                    await self._ws.send_bytes(item)
+            except ConnectionError:
+                return
+            finally:
+                self._queue.task_done()
+
+    async def drain(self, timeout: float) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                await self._queue.join()
+        except TimeoutError:
+            logger.info("websocket outbox not drained after %.1f s", timeout)
+
+
+class WebSocketSession:
+    """One session and the WebSocket that carries it; registered like a peer session."""
+
+    def __init__(
+        self,
+        session_id: str,
+        ws: web.WebSocketResponse,
+        outbox: Outbox,
+        session: UnderstandSession | GenerateSession,
+        sink: Fmp4ChunkSink | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.kind = "understand" if isinstance(session, UnderstandSession) else "generate"
+        self.ws = ws
+        self.outbox = outbox
+        self.session = session
+        self._sink = sink
+        self._tasks = TaskSet()
+        self.closed = asyncio.Event()
+
+    async def serve(self) -> None:
+        """Run until the client leaves, the session ends, or the client stops reading."""
+        self._tasks.spawn(self.outbox.run())
+        self.session.start()
+        reader = self._tasks.spawn(self._read())
+        ended = asyncio.ensure_future(self.session.closed.wait())
+        overflow = asyncio.ensure_future(self.outbox.overflowed.wait())
+        try:
+            await asyncio.wait([reader, ended, overflow], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ended.cancel()
+            overflow.cancel()
+            await self.close()
+
+    async def _read(self) -> None:
+        async for message in self.ws:
+            if message.type == WSMsgType.TEXT:
+                self.session.receive_text(message.data)
+            elif message.type == WSMsgType.BINARY:
+                self.session.receive_binary(message.data)
+
+    async def close(self) -> None:
+        """Close the session, let its last events leave, then close the socket; idempotent."""
+        if self.closed.is_set():
+            return
+        self.closed.set()
+        await self.session.close()
+        if not self.outbox.overflowed.is_set():
+            await self.outbox.drain(DRAIN_TIMEOUT_S)
+        if self._sink is not None:
+            self._sink.close()
+        await self._tasks.cancel_all()
+        await self.ws.close()
+
+    async def stats(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, **self.session.stats(), "transport": "websocket"}
+
+
+async def _refuse(ws: web.WebSocketResponse, message: str) -> web.WebSocketResponse:
+    """The reference's answer when it cannot serve: accept, send one `error`, close."""
+    await ws.send_json({"type": "error", "message": message})
+    await ws.close()
+    return ws
+
+
+async def _serve(request: web.Request, kind: str, max_msg_size: int) -> web.WebSocketResponse:
+    ws = web.WebSocketResponse(max_msg_size=max_msg_size)
+    await ws.prepare(request)
+    app = request.app
+    settings, engines, registry = app[SETTINGS], app[ENGINES], app[REGISTRY]
+    session_id, outbox = new_session_id(), Outbox(ws)
+    SESSION_ID.set(session_id)
+    session: UnderstandSession | GenerateSession
+    sink = None
+    if engines.understand is not None and kind == "understand":
+        session = UnderstandSession(
+            session_id=session_id,
+            settings=settings,
+            engine=engines.understand,
+            send=outbox.send_json,
+            strict_reference=True,
+        )
+    elif engines.generate is not None and kind == "generate":
+        sink = Fmp4ChunkSink(outbox.send_json, outbox.send_bytes)
+        session = GenerateSession(
+            session_id=session_id,
+            settings=settings,
+            engine=engines.generate,
+            send=sink.send_event,
+            video=sink,
+            reserve_recording=app[RECORDINGS].reserve,
+            strict_reference=True,
+        )
+    else:
+        not_served = understand_proto.NOT_AVAILABLE if kind == "understand" else generate_proto.NOT_AVAILABLE
+        return await _refuse(ws, not_served)
+    try:
+        registry.check_capacity()
+    except SessionLimitReached as exc:
+        return await _refuse(ws, str(exc))
+    binding = WebSocketSession(session_id, ws, outbox, session, sink)
+    registry.add(binding)
+    try:
+        await binding.serve()
+    finally:
+        registry.remove(binding.session_id)
+    return ws
+
+
+async def understand_stream(request: web.Request) -> web.WebSocketResponse:
+    """`WS /v1/video/chat/stream`: camera frames and audio in, text and speech events out."""
+    return await _serve(request, "understand", request.app[SETTINGS].max_frame_size + MESSAGE_SLACK_BYTES)
+
+
+async def realtime_video(request: web.Request) -> web.WebSocketResponse:
+    """`WS /v1/realtime/video`: a prompt in, fMP4 video chunks out."""
+    return await _serve(request, "generate", START_MESSAGE_LIMIT + MESSAGE_SLACK_BYTES)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get(understand_proto.WEBSOCKET_PATH, understand_stream)
+    app.router.add_get(generate_proto.WEBSOCKET_PATH, realtime_video)

@@ -1,0 +1,71 @@
+"""Opening and closing a hundred sessions leaves nothing behind: tasks, file descriptors, peer
+connections, registry entries. Resident memory growth is printed for the closing note."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+
+import pytest
+from aiortc import RTCPeerConnection
+
+from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
+from rtc_omni.client.peer import UnderstandClient
+
+from .conftest import RunningServer, http_json
+from .test_lifecycle import server_tasks, wait_until
+
+SESSIONS = 100
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def live_peer_connections() -> int:
+    gc.collect()
+    return sum(1 for obj in gc.get_objects() if isinstance(obj, RTCPeerConnection))
+
+
+async def one_session(server: RunningServer, ending: str) -> None:
+    client = UnderstandClient(
+        server.url, video=ColourVideoTrack(COLOURS["green"], 160, 120, 15), audio=ToneAudioTrack(330)
+    )
+    try:
+        await client.connect()
+        # video.done waits for the turn to finish: keep that one short (no speech to play out).
+        await client.configure(modalities=["text"] if ending == "video.done" else ["text", "audio"])
+        await client.wait_event("video.frame.ack")
+        if ending != "delete":  # the other endings come with a turn still running
+            client.send({"type": "video.query", "text": "keep going"})
+            await client.wait_event("response.text.delta")
+        if ending == "delete":
+            assert (await http_json(server, "DELETE", f"/v1/rtc/sessions/{client.session_id}"))[0] == 200
+        elif ending == "video.done":
+            client.send({"type": "video.done"})
+            await client.wait_event("session.done", timeout=30)
+    finally:
+        await client.close()  # for "peer close", this is the only goodbye
+    await wait_until(lambda: client.session_id not in server.registry, timeout=15)
+
+
+@pytest.mark.timeout(300)
+async def test_a_hundred_sessions_leave_nothing_behind(server: RunningServer) -> None:
+    await one_session(server, "delete")  # warm up imports, codecs and pools before counting
+    await asyncio.sleep(0.5)
+    fds, rss = open_fds(), rss_mib()
+    endings = ["delete", "peer close", "video.done"]
+    for i in range(SESSIONS):
+        await one_session(server, endings[i % len(endings)])
+    await wait_until(lambda: len(server.registry) == 0 and not server_tasks(), timeout=15)
+    await asyncio.sleep(0.5)
+    assert open_fds() <= fds
+    assert live_peer_connections() == 0
+    growth = rss_mib() - rss
+    print(f"\n{SESSIONS} sessions opened and closed: resident memory grew {growth:.1f} MiB")

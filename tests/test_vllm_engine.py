@@ -1,0 +1,245 @@
+"""The vLLM-Omni engines on CPU: fakes of AsyncOmni's object shapes, driven through the real
+sessions and real aiortc peers, checked by what reaches the peer."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import io
+import wave
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rtc_omni.client.peer import GenerateClient
+from rtc_omni.engines.vllm_omni import CODEC_FRAME_SAMPLES, OmniGenerateEngine, OmniUnderstandEngine
+
+from .conftest import ClientFactory, ServerFactory
+from .vllm_fakes import FakeDiffusionOmni, FakeDiffusionRuntime, FakeOmni, FakeTensor
+
+WORDS = "The camera shows a red wall and I hear a tone".split()
+
+
+class RecordingPreprocessor:
+    """Stands in for the chat service's preprocessing; keeps every chat request it was given."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+
+    async def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.requests.append(request)
+        return {"prompt_token_ids": [1, 2, 3]}
+
+
+def wav_samples(event: dict[str, Any]) -> np.ndarray:
+    with wave.open(io.BytesIO(base64.b64decode(event["data"]))) as wav:
+        assert wav.getframerate() == 24_000
+        return np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2").astype(np.float32) / 32767
+
+
+async def understand_server(make_server: ServerFactory, omni: FakeOmni) -> tuple[Any, RecordingPreprocessor]:
+    preprocess = RecordingPreprocessor()
+    server = await make_server(engine=OmniUnderstandEngine(omni, preprocess))
+    return server, preprocess
+
+
+async def test_text_and_audio_reach_the_peer_as_vllm_omni_produced_them(
+    make_server: ServerFactory, make_client: ClientFactory
+) -> None:
+    steps = [4 * 1920, 25 * 1920, 25 * 1920]  # ~4 codec frames (80 ms each) first, then ~25
+    omni = FakeOmni(WORDS, steps)
+    server, preprocess = await understand_server(make_server, omni)
+    sampling = [{"temperature": 0.2}, {"top_k": 10}, {}]
+    client = await make_client(
+        server,
+        colour="red",
+        tone=440.0,
+        config={
+            "audio_events": True,
+            "sampling_params_list": sampling,
+            "system_prompt": "Be brief.",
+            "model": "qwen3-omni",
+        },
+    )
+    await client.wait_event("video.frame.ack")
+    await asyncio.sleep(0.5)
+    FakeTensor.copies = 0
+
+    result = await client.ask("What do you see?")
+
+    # Text: cumulative outputs become deltas; words that came after audio began still arrive,
+    # and response.text.done carries the complete text.
+    assert result.text == " ".join(WORDS)
+    done = next(e for e in result.events if e["type"] == "response.text.done")
+    assert done["text"] == " ".join(WORDS)
+    kinds = [e["type"] for e in result.events]
+    assert kinds.index("response.audio.delta") < max(i for i, k in enumerate(kinds) if k == "response.text.delta")
+    # Audio: every engine sample arrives once, minus the 1920-sample leading edge of the turn.
+    audio = np.concatenate([wav_samples(e) for e in result.events if e["type"] == "response.audio.delta"])
+    assert audio.size == sum(steps) - CODEC_FRAME_SAMPLES
+    assert abs(audio[0] - CODEC_FRAME_SAMPLES / 1e6) < 2e-4 and abs(audio[-1] - (sum(steps) - 1) / 1e6) < 2e-4
+    assert FakeTensor.copies == len(steps)  # only new per-step tensors were copied off the "GPU"
+    assert client.recorder.voiced_frames(result.sent_at, result.done_at) == 0  # ramp audio is inaudible
+    # The request: forwarded sampling params, model, system prompt, frames as image parts named by
+    # the md5 of their JPEG, the buffered audio as a 16 kHz WAV part, then the text.
+    kwargs = omni.generate_kwargs[0]
+    assert kwargs["sampling_params_list"] == sampling and kwargs["output_modalities"] == ["text", "audio"]
+    request = preprocess.requests[0]
+    assert request["model"] == "qwen3-omni" and request["sampling_params_list"] == sampling
+    assert request["mm_processor_kwargs"] == {"use_audio_in_video": True}
+    assert request["messages"][0] == {"role": "system", "content": "Be brief."}
+    parts = request["messages"][-1]["content"]
+    images = [p for p in parts if p["type"] == "image_pil"]
+    assert len(images) == 1 and len(images[0]["uuid"]) == 32
+    assert images[0]["image_pil"].getpixel((10, 10))[0] > 200  # the red camera frame
+    audio_part = next(p for p in parts if p["type"] == "input_audio")
+    with wave.open(io.BytesIO(base64.b64decode(audio_part["input_audio"]["data"]))) as wav:
+        assert wav.getframerate() == 16_000 and wav.getnframes() > 6000  # the 0.5 s of mic before the query
+    assert parts[-1] == {"type": "text", "text": "What do you see?"}
+
+    second = await client.ask("And now?")
+    history = preprocess.requests[1]["messages"][1:3]
+    assert history == [{"role": "user", "content": "What do you see?"}, {"role": "assistant", "content": result.text}]
+    assert second.text == " ".join(WORDS)
+
+
+async def test_an_interrupted_request_is_aborted_before_the_next_and_a_finished_one_never(
+    make_server: ServerFactory, make_client: ClientFactory
+) -> None:
+    omni = FakeOmni(WORDS * 5, [960] * 40, step_delay=0.05)
+    server, _ = await understand_server(make_server, omni)
+    client = await make_client(server, colour="red", tone=None, config={"modalities": ["text"]})
+    await client.wait_event("video.frame.ack")
+
+    mark = len(client.events)
+    client.send({"type": "video.query", "text": "long answer"})
+    first = await client.wait_event("response.start", after=mark)
+    await client.wait_event("response.text.delta", after=mark)
+    second = await client.ask("interrupt")
+    third = await client.ask("after a finished turn", timeout=60)
+
+    calls = [(what, rid) for what, rid, _ in omni.calls]
+    assert calls == [
+        ("generate", first["request_id"]),
+        ("abort", first["request_id"]),
+        ("generate", second.request_id),
+        ("generate", third.request_id),
+    ]
+    abort_at = next(t for what, _, t in omni.calls if what == "abort")
+    second_at = [t for what, rid, t in omni.calls if rid == second.request_id][0]
+    assert second_at - abort_at >= 0.09  # upstream's settle time after an abort
+
+
+async def test_an_engine_error_is_reported_and_the_session_goes_on(
+    make_server: ServerFactory, make_client: ClientFactory
+) -> None:
+    omni = FakeOmni(WORDS, [], fail_with="CUDA out of memory")
+    server, _ = await understand_server(make_server, omni)
+    client = await make_client(server, colour="red", tone=None, config={"modalities": ["text"]})
+    await client.wait_event("video.frame.ack")
+    failed = await client.ask("boom")
+    assert failed.errors == ["Query processing failed"]
+    omni.fail_with = None
+    assert (await client.ask("again")).text == " ".join(WORDS)
+
+
+@pytest.mark.parametrize("shape", ["float_signed_5d", "float_unit_5d", "list_of_frames"])
+async def test_diffusion_chunks_play_in_order_at_the_peer(make_server: ServerFactory, shape: str) -> None:
+    omni = FakeDiffusionOmni(chunks=3, chunk_frames=8, shape=shape)
+    runtime = FakeDiffusionRuntime()
+    server = await make_server(video_engine=OmniGenerateEngine(omni, runtime))
+    client = GenerateClient(server.url)
+    await client.connect()
+    try:
+        await client.start(
+            prompt="a red kite",
+            size="160x128",
+            fps=30,
+            num_frames=24,
+            seed=7,
+            guidance_scale=1.0,
+            extra_params={"is_amplify_first_chunk": True},
+            lora={"name": "style", "path": "/x", "scale": 0.5},
+        )
+        done = await client.wait_event("session.done", timeout=20)
+        await asyncio.sleep(0.3)
+        frames = list(client.receiver.frames)
+    finally:
+        await client.close()
+    assert done["frames"] == 24 and done["chunks"] == 3 and not done["stopped"]
+    assert [f.index for f in frames] == list(range(24))
+    assert all(f.mean_rgb[0] > 150 and f.mean_rgb[2] < 90 for f in frames)  # the red survives normalisation
+    params = runtime.built[0]
+    assert (params.width, params.height, params.num_frames, params.fps, params.frame_rate) == (160, 128, 24, 30, 30.0)
+    assert params.seed == 7 and params.guidance_scale == 1.0
+    assert params.num_inference_steps == 50  # not set by the client: the engine default stands
+    assert params.extra_args == {"is_amplify_first_chunk": True}
+    assert (params.lora_request, params.lora_scale) == ("lora:style", 0.5)
+    assert omni.calls[0][1]["prompt"] == {"prompt": "a red kite"}
+
+
+async def test_interactions_reach_the_engine_and_errors_are_reported(make_server: ServerFactory) -> None:
+    omni = FakeDiffusionOmni(chunks=4, chunk_frames=8, delay=0.3)
+    server = await make_server(video_engine=OmniGenerateEngine(omni, FakeDiffusionRuntime()))
+    client = GenerateClient(server.url)
+    await client.connect()
+    try:
+        await client.start(prompt="red", size="160x128", fps=30, num_frames=32)
+        await client.wait_event("video.chunk_metadata")
+        client.send(
+            {
+                "type": "session.interaction",
+                "interaction": {"event_id": "e1", "event": {"prompt": "blue"}, "transition_chunks": 1},
+            }
+        )
+        queued = await client.wait_event("session.interaction.queued")
+        await client.wait_event("session.done", timeout=20)
+    finally:
+        await client.close()
+    assert queued["apply_from_chunk"] == 2
+    assert ("interaction", {"event": {"prompt": "blue"}, "transition_chunks": 1}) in omni.calls
+
+    wrong = FakeDiffusionRuntime(stage_types=["llm", "diffusion"])
+    server = await make_server(video_engine=OmniGenerateEngine(FakeDiffusionOmni(1, 4), wrong))
+    client = GenerateClient(server.url)
+    await client.connect()
+    try:
+        await client.start(prompt="x", size="160x128", num_frames=4)
+        error = await client.wait_event("error")
+        done = await client.wait_event("session.done")
+    finally:
+        await client.close()
+    assert error["message"] == "Video generation only supports diffusion stages, found 'llm' stage."
+    assert done["stopped"] is True and done["frames"] == 0
+
+
+def test_the_leading_edge_is_cut_only_from_a_long_enough_first_block() -> None:
+    from rtc_omni.engines.vllm_omni import AudioDrain
+
+    short = AudioDrain()
+    assert short.take(FakeTensor(np.ones((1, 3840), np.float32))).size == 3840  # not > 2 codec frames
+    long = AudioDrain()
+    first = FakeTensor(np.ones((1, 3841), np.float32))
+    assert long.take(first).size == 3841 - CODEC_FRAME_SAMPLES
+    assert long.take(first) is None  # the same single tensor again
+    assert long.take([first, FakeTensor(np.ones((1, 5000), np.float32))]).size == 5000  # later blocks uncut
+
+
+def test_the_md5_uuid_names_the_jpeg_bytes() -> None:
+    from rtc_omni.engines.base import TurnFrame, UnderstandTurn
+    from rtc_omni.engines.vllm_omni import build_messages
+
+    frame = TurnFrame(rgb=np.zeros((4, 4, 3), np.uint8), frame_id="f", pts_ms=0.0, jpeg=b"jpeg-bytes")
+    turn = UnderstandTurn(
+        request_id="r",
+        frames=[frame],
+        audio_pcm16=b"",
+        query="",
+        history=[{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "x"}]}] * 3,
+    )
+    messages = build_messages(turn)
+    assert messages[-1]["content"][0]["uuid"] == hashlib.md5(b"jpeg-bytes").hexdigest()
+    assert messages[:2] == [{"role": "user", "content": "a"}, {"role": "user", "content": "a"}]
+    assert len(messages[-1]["content"]) == 1  # no audio part, no empty text part
