@@ -108,7 +108,10 @@ def set_port_range(ports: range | None) -> None:
 
 _AIOICE_CLOSE = aioice.ice.Connection.close
 _CONSENT_LOOP = aioice.ice.Connection.query_consent.__code__
-_consent_keepers: weakref.WeakKeyDictionary[aioice.ice.Connection, Callable[[], bool]] = weakref.WeakKeyDictionary()
+# Both sides weak: the keeper is a method of the peer that owns the connection, and must not keep it alive.
+_consent_keepers: weakref.WeakKeyDictionary[aioice.ice.Connection, weakref.WeakMethod[Callable[[], bool]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 async def _close_unless_media_arrives(connection: aioice.ice.Connection) -> None:
@@ -116,7 +119,8 @@ async def _close_unless_media_arrives(connection: aioice.ice.Connection) -> None
     for a connection whose keeper says media is still arriving: then a fresh consent loop starts."""
     task = asyncio.current_task()
     expiring = task is not None and getattr(task.get_coro(), "cr_code", None) is _CONSENT_LOOP
-    keeper = _consent_keepers.get(connection)
+    keeper_ref = _consent_keepers.get(connection)
+    keeper = keeper_ref() if keeper_ref is not None else None
     if expiring and keeper is not None and keeper():
         logger.info("ICE consent checks unanswered, but media keeps arriving: connection kept")
         connection._query_consent_task = asyncio.create_task(connection.query_consent())
@@ -129,11 +133,12 @@ def keep_consent_while(pc: RTCPeerConnection, media_arriving: Callable[[], bool]
 
     For peers that answer no consent checks after setup (FFmpeg's WHIP muxer); the caller must end
     the connection itself once media stops. Call after the answer is made (the transports exist).
+    `media_arriving` is a bound method, held weakly.
     """
     aioice.ice.Connection.close = _close_unless_media_arrives  # type: ignore[method-assign, assignment]
     for transceiver in pc.getTransceivers():
         ice_transport = transceiver.receiver.transport.transport
-        _consent_keepers[ice_transport._connection] = media_arriving  # aiortc exposes no getter
+        _consent_keepers[ice_transport._connection] = weakref.WeakMethod(media_arriving)  # aiortc has no getter
 
 
 def ice_servers(urls: Sequence[str], username: str | None = None, credential: str | None = None) -> list[RTCIceServer]:
