@@ -83,6 +83,12 @@ class Settings(BaseModel):
     ice_connect_timeout: float = Field(
         15.0, gt=0, description="Seconds a new session may take to connect before it is closed."
     )
+    peer_silence_timeout: float = Field(
+        15.0,
+        gt=0,
+        description="Seconds a connected peer may send nothing at all (media, RTCP, DataChannel) before its "
+        "session is freed: a peer that vanished without a goodbye.",
+    )
     publisher_media_timeout: float = Field(
         10.0,
         gt=0,

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from aiortc import RTCDataChannel, RTCPeerConnection, RTCRtpTransceiver, RTCSessionDescription
 from aiortc.contrib.media import MediaRelay
 from aiortc.mediastreams import MediaStreamTrack
+from aiortc.sdp import SessionDescription
 
 from ..config import Settings
 from ..engines import Engines
@@ -243,28 +244,34 @@ class PeerSession(_PeerLink):
         answer = await self._answer()
         if self.ingest_only:
             keep_consent_while(self.pc, self._publisher_media_arriving)
-            self._tasks.spawn(self._watch_publisher_media())
+        if _sends_media(offer.sdp):  # a pure viewer sends nothing steadily: aiortc's consent checks cover it
+            self._tasks.spawn(self._watch_liveness())
         self.session.start()
         return answer
 
     def _publisher_media_arriving(self) -> bool:
         return time.monotonic() - self._last_rtp_at < self.settings.publisher_media_timeout
 
-    async def _watch_publisher_media(self) -> None:
-        """End a WHIP publisher's session once its RTP stops for --publisher-media-timeout.
+    async def _watch_liveness(self) -> None:
+        """End the session of a peer that went away without a goodbye.
 
-        FFmpeg answers no ICE consent checks, so media is its only sign of life: consent is kept
-        while it arrives (ice.keep_consent_while), and this ends a publisher that left without DELETE.
+        A WHIP publisher must keep its RTP coming (FFmpeg answers no ICE consent checks, so media is
+        its only sign of life: consent is kept while it arrives, ice.keep_consent_while). Any other
+        peer must keep sending something (media, RTCP reports, DataChannel traffic) within
+        --peer-silence-timeout, well before aiortc's own consent checks would give up (~30 s).
         """
-        timeout = self.settings.publisher_media_timeout
-        packets = 0
+        publisher = self.ingest_only
+        timeout = self.settings.publisher_media_timeout if publisher else self.settings.peer_silence_timeout
+        seen = 0
         while True:
             await asyncio.sleep(min(1.0, timeout / 4))
-            received = (await self._transport_counters())[2]
-            if received > packets or self.pc.connectionState != "connected":  # the connect deadline covers setup
-                packets, self._last_rtp_at = received, time.monotonic()
-            elif not self._publisher_media_arriving():
-                logger.info("%s: no RTP from the publisher for %.1f s, closing", self.name, timeout)
+            bytes_in, _, rtp_packets = await self._transport_counters()
+            received = rtp_packets if publisher else bytes_in
+            if received > seen or self.pc.connectionState != "connected":  # the connect deadline covers setup
+                seen, self._last_rtp_at = received, time.monotonic()
+            elif time.monotonic() - self._last_rtp_at >= timeout:
+                what = "RTP from the publisher" if publisher else "packets from the peer"
+                logger.info("%s: no %s for %.1f s, closing", self.name, what, timeout)
                 self._close_soon()
                 return
 
@@ -405,3 +412,11 @@ class AttachedPeer(_PeerLink):
         if self._track is not None:
             self._track.stop()
         await self.pc.close()
+
+
+def _sends_media(sdp: str) -> bool:
+    """Whether the offer's peer sends audio or video (a camera, a microphone, a publisher)."""
+    return any(
+        m.kind in ("audio", "video") and m.direction in ("sendonly", "sendrecv")
+        for m in SessionDescription.parse(sdp).media
+    )
