@@ -35,6 +35,7 @@ from .base import (
     EngineError,
     GenerateRequest,
     TextDelta,
+    TurnFrame,
     UnderstandOutput,
     UnderstandTurn,
     VideoChunk,
@@ -67,10 +68,14 @@ async def _receive(
     raise EngineError(f"upstream {upstream.url} closed the connection mid-request")
 
 
-def _jpeg_base64(rgb: np.ndarray) -> str:
-    out = io.BytesIO()
-    Image.fromarray(rgb).save(out, format="JPEG", quality=JPEG_QUALITY)
-    return base64.b64encode(out.getvalue()).decode("ascii")
+def _jpeg_base64(frame: TurnFrame) -> str:
+    """The frame's buffered JPEG as is (no second encode), or a fresh one when it has none."""
+    data = frame.jpeg
+    if data is None:
+        out = io.BytesIO()
+        Image.fromarray(frame.rgb).save(out, format="JPEG", quality=JPEG_QUALITY)
+        data = out.getvalue()
+    return base64.b64encode(data).decode("ascii")
 
 
 def _wav_samples(data: str) -> np.ndarray:
@@ -105,7 +110,7 @@ class RemoteUnderstandEngine:
         if turn.system_prompt is not None:
             config["system_prompt"] = turn.system_prompt
         await ws.send_json(config)
-        images = await asyncio.to_thread(lambda: [_jpeg_base64(f.rgb) for f in turn.frames])
+        images = await asyncio.to_thread(lambda: [_jpeg_base64(f) for f in turn.frames])
         for image in images:
             await ws.send_json({"type": "video.frame", "data": image})
         for start in range(0, len(turn.audio_pcm16), AUDIO_CHUNK_BYTES):

@@ -13,17 +13,15 @@ Generation builds the diffusion sampling parameters as vLLM-Omni's streaming han
 from __future__ import annotations
 
 import asyncio
-import base64
 import copy
 import hashlib
-import io
-import wave
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import numpy as np
 from PIL import Image
 
+from ..media.wav import wav_base64
 from .base import AudioChunk, GenerateRequest, TextDelta, UnderstandOutput, UnderstandTurn, VideoChunk
 
 CODEC_FRAME_SAMPLES = 1920  # the talker's causal-convolution leading edge (80 ms at 24 kHz)
@@ -42,6 +40,15 @@ class OmniClient(Protocol):
 ChatPreprocessor = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
+async def shut_down(client: Any) -> None:
+    """AsyncOmni.shutdown(), sync or async, when the client has one."""
+    shutdown = getattr(client, "shutdown", None)
+    if callable(shutdown):
+        result = shutdown()
+        if asyncio.iscoroutine(result):
+            await result
+
+
 # ----------------------------------------------------------------------------- understanding
 
 
@@ -52,16 +59,6 @@ def text_of(content: Any) -> str:
     if isinstance(content, list):
         return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
     return ""
-
-
-def wav_base64(pcm16: bytes, sample_rate: int = 16_000) -> str:
-    out = io.BytesIO()
-    with wave.open(out, "wb") as wav:
-        wav.setnchannels(1)
-        wav.setsampwidth(2)
-        wav.setframerate(sample_rate)
-        wav.writeframes(pcm16)
-    return base64.b64encode(out.getvalue()).decode("ascii")
 
 
 def build_messages(turn: UnderstandTurn) -> list[dict[str, Any]]:
@@ -77,7 +74,9 @@ def build_messages(turn: UnderstandTurn) -> list[dict[str, Any]]:
         uuid = hashlib.md5(frame.jpeg, usedforsecurity=False).hexdigest() if frame.jpeg else None
         content.append({"type": "image_pil", "image_pil": Image.fromarray(frame.rgb), "uuid": uuid})
     if turn.audio_pcm16:
-        content.append({"type": "input_audio", "input_audio": {"data": wav_base64(turn.audio_pcm16), "format": "wav"}})
+        content.append(
+            {"type": "input_audio", "input_audio": {"data": wav_base64(turn.audio_pcm16, 16_000), "format": "wav"}}
+        )
     if turn.query:
         content.append({"type": "text", "text": turn.query})
     messages.append({"role": "user", "content": content})
@@ -198,11 +197,7 @@ class OmniUnderstandEngine:
         await asyncio.sleep(ABORT_SETTLE_S)
 
     async def close(self) -> None:
-        shutdown = getattr(self.client, "shutdown", None)
-        if callable(shutdown):
-            result = shutdown()
-            if asyncio.iscoroutine(result):
-                await result
+        await shut_down(self.client)
 
 
 # ----------------------------------------------------------------------------- generation
@@ -317,8 +312,4 @@ class OmniGenerateEngine:
         await self.client.abort(request_id)
 
     async def close(self) -> None:
-        shutdown = getattr(self.client, "shutdown", None)
-        if callable(shutdown):
-            result = shutdown()
-            if asyncio.iscoroutine(result):
-                await result
+        await shut_down(self.client)

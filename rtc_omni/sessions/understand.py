@@ -16,7 +16,6 @@ import json
 import logging
 import time
 import uuid
-import wave
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from ..engines.base import (
 from ..media.echo import EchoReference
 from ..media.evs import FrameSimilarityFilter
 from ..media.vad import SpeechStarted, SpeechStopped
+from ..media.wav import float_to_pcm16, wav_base64
 from ..protocol import understand as proto
 from ..tasks import TaskSet
 from .audio_buffer import AudioBuffer
@@ -72,17 +72,6 @@ class Talker(Protocol):
 
 def _now_ms() -> float:
     return time.monotonic() * 1000.0
-
-
-def _wav_base64(samples: np.ndarray, sample_rate: int) -> str:
-    pcm = (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
-    out = io.BytesIO()
-    with wave.open(out, "wb") as wav:
-        wav.setnchannels(1)
-        wav.setsampwidth(2)
-        wav.setframerate(sample_rate)
-        wav.writeframes(pcm)
-    return base64.b64encode(out.getvalue()).decode("ascii")
 
 
 def _decode_image(data: bytes) -> Image.Image:
@@ -648,7 +637,7 @@ class UnderstandSession:
                         turn.text_done_sent = True
                         self._emit(proto.TextDone(request_id=request_id, text=turn.text))
                     if config.audio_events:
-                        data = _wav_base64(output.samples, TALKER_SAMPLE_RATE)
+                        data = wav_base64(float_to_pcm16(output.samples), TALKER_SAMPLE_RATE)
                         self._emit(proto.AudioDeltaEvent(request_id=request_id, data=data))
                     if self.talker is not None:
                         await self.talker.write(output.samples)
