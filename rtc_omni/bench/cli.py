@@ -19,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plots", type=Path, help="draw latency.png and capacity.png into this folder")
     parser.add_argument("--seconds", type=float, help="length of each ingest and WebSocket run")
     parser.add_argument("--max-sessions", type=int, help="largest N of understanding sessions in the capacity sweep")
+    parser.add_argument("--peer-python", help="interpreter with pipecat-ai[webrtc] for 6b (default: this one)")
     parser.add_argument("--no-peer", action="store_true", help="skip the peer WebRTC server comparison (6b)")
 
 
@@ -31,8 +32,10 @@ def plan_from(args: argparse.Namespace) -> Plan:
         changes["seconds"] = args.seconds
     if args.max_sessions is not None:
         changes["understand_sessions"] = tuple(n for n in plan.understand_sessions if n <= args.max_sessions)
+    if args.peer_python is not None:
+        changes["peer_python"] = args.peer_python
     if args.no_peer:
-        changes["peer"] = False
+        changes["peer_python"] = None
     return dataclasses.replace(plan, **changes)
 
 

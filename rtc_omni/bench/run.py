@@ -11,7 +11,7 @@ from typing import Any
 
 import aiortc
 
-from . import capacity, generate, understand, websocket
+from . import capacity, generate, peer, understand, websocket
 from .common import server, stats_ms
 
 
@@ -29,7 +29,7 @@ class Plan:
     generate_streams: tuple[int, ...] = (1, 2, 4)
     capacity_seconds: float = 15.0
     codecs: tuple[str, ...] = ("vp8", "h264")
-    peer: bool = True
+    peer_python: str | None = sys.executable  # an interpreter with pipecat; None skips 6b
 
 
 FULL = Plan()
@@ -44,7 +44,7 @@ QUICK = Plan(
     generate_streams=(1,),
     capacity_seconds=5.0,
     codecs=("vp8",),
-    peer=False,
+    peer_python=None,
 )
 
 
@@ -115,11 +115,9 @@ async def run(plan: Plan, progress: Callable[[str], None] = print) -> Result:
             result, f"engine video -> decoded ({codec})", frames
         )
     fig["capacity"] = await _capacity(plan, result, progress)
-    if plan.peer:
-        from . import peer
-
+    if plan.peer_python is not None:
         progress("peer server")
-        fig["peer"] = await peer.compare(plan.seconds, fig["capacity"]["understand"])
+        fig["peer"] = await peer.compare(plan.peer_python, plan.capacity_seconds, fig["capacity"]["understand"])
     return result
 
 
