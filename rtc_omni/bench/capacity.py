@@ -36,10 +36,12 @@ class CapacityPoint:
 
 
 async def _completed_turns(client: UnderstandClient, sent: int, timeout: float) -> int:
-    """Turns that ended with `response.audio.done`, waiting up to `timeout` for the last ones."""
+    """Turns whose whole answer the session produced (`response.text.done` comes once the engine has
+    finished and its audio is in the talker), waiting up to `timeout` for the last ones. The next
+    turn, 5 s later, may cut the playout of a long answer, as a user speaking again would."""
     deadline = time.monotonic() + timeout
     while True:
-        done = sum(1 for e in client.events if e["type"] == "response.audio.done")
+        done = sum(1 for e in client.events if e["type"] == "response.text.done")
         if done >= sent or time.monotonic() >= deadline:
             return done
         await asyncio.sleep(0.1)

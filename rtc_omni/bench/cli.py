@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import dataclasses
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,13 @@ def main(args: argparse.Namespace) -> int:
     from . import report, run
 
     plan = plan_from(args)
-    result = asyncio.run(run.run(plan, progress=lambda step: print(f"... {step}", file=sys.stderr, flush=True)))
+    started = time.monotonic()
+
+    def progress(step: str) -> None:
+        print(f"[{time.monotonic() - started:5.1f} s] {step}", file=sys.stderr, flush=True)
+
+    result = asyncio.run(run.run(plan, progress))
+    progress("done")
     print(report.table(result))
     if args.json:
         report.write_json(result, args.json)

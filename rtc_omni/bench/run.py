@@ -38,11 +38,11 @@ QUICK = Plan(
     connects=3,
     interrupts=2,
     audio_turns=2,
-    generate_seconds=3.0,
-    generate_chunks=3,
+    generate_seconds=2.0,
+    generate_chunks=2,
     understand_sessions=(1, 2),
     generate_streams=(1,),
-    capacity_seconds=5.0,
+    capacity_seconds=3.0,
     codecs=("vp8",),
     peer_python=None,
 )
@@ -111,7 +111,7 @@ async def run(plan: Plan, progress: Callable[[str], None] = print) -> Result:
         stream = await generate.measure_throughput(codec, plan.generate_seconds)
         frames = await generate.measure_frame_latency(codec, plan.generate_chunks)
         fig["generate"][codec] = asdict(stream)
-        fig["engine_to_wire"][f"video_frame_to_decoded_ms_{codec}"] = _latency(
+        fig["engine_to_wire"][f"video_frame_to_decoded_{codec}_ms"] = _latency(
             result, f"engine video -> decoded ({codec})", frames
         )
     fig["capacity"] = await _capacity(plan, result, progress)

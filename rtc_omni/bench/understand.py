@@ -87,6 +87,18 @@ async def _quiet_client(url: str, **config: object) -> UnderstandClient:
     return client
 
 
+async def _cancel_turn(client: UnderstandClient) -> None:
+    """Stop the turn with `response.cancel` and wait until the talker is silent: the next round starts
+    from silence without waiting for a whole answer to play out."""
+    mark, sent = len(client.events), time.monotonic()
+    client.send({"type": "response.cancel"})
+    await client.wait_event(where=lambda e: e["type"] in ("response.cancelled", "error"), after=mark)
+    assert client.recorder is not None
+    async with asyncio.timeout(5):
+        while silent_from(client.recorder, sent) is None:
+            await asyncio.sleep(0.02)
+
+
 async def measure_audio_out(url: str, turns: int) -> list[float]:
     """Engine audio chunk -> its first audio decoded at the peer.
 
@@ -103,8 +115,7 @@ async def measure_audio_out(url: str, turns: int) -> list[float]:
             delta = await client.wait_event("response.audio.delta", after=mark, timeout=30)
             yielded = client.event_times[client.events.index(delta, mark)]
             results.append(await _wait_voiced(client, since=yielded - 0.001) - yielded)
-            await client.wait_event("response.audio.done", after=mark, timeout=60)
-            await asyncio.sleep(1.0)  # what was in flight at audio.done plays out: the next turn starts silent
+            await _cancel_turn(client)
     finally:
         await client.close()
     return results
@@ -130,7 +141,8 @@ async def measure_interrupt(url: str, count: int) -> list[float]:
             quiet = silent_from(client.recorder, sent)
             if quiet is not None:
                 results.append(quiet - sent)
-            await client.wait_event("response.audio.done", after=mark, timeout=60)  # the interrupting turn
+            await client.wait_event("response.start", after=mark)
+            await _cancel_turn(client)  # the interrupting turn
     finally:
         await client.close()
     return results
