@@ -132,7 +132,9 @@ def ack_latencies(client: ControlClient, video: ColourVideoTrack, skip: int = 5,
     latencies = []
     for event, at in zip(client.events[after:], client.event_times[after:]):
         if event["type"] == "video.frame.ack" and event["pts_ms"] is not None:
-            sent = video.sent_at.get(round(event["pts_ms"] * 90))
+            ticks = round(event["pts_ms"] * 90)
+            # aiortc's VP8 path can shift a timestamp by one 90 kHz tick (11 µs) while the rate settles
+            sent = next((video.sent_at[t] for t in (ticks, ticks + 1, ticks - 1) if t in video.sent_at), None)
             if sent is not None:
                 latencies.append(at - sent)
     return latencies[skip:]
