@@ -173,7 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--token", help="Bearer token, if the server requires one")
     generate.set_defaults(func=lambda a: asyncio.run(_run_generate(a)))
 
-    bench = commands.add_parser("bench", help="measure latency, interrupt, capacity over 127.0.0.1 ([bench] extra)")
+    bench = commands.add_parser(
+        "bench",
+        help="measure latency, interrupt, capacity over 127.0.0.1 ([bench] extra)",
+        description="Start `rtc-omni serve` on 127.0.0.1, drive it with headless peers, print the figures "
+        "(method and latest figures: docs/benchmarks.md).",
+    )
     add_bench_arguments(bench)
     bench.set_defaults(func=run_bench)
     return parser

@@ -102,6 +102,7 @@ def write_plots(result: Result, folder: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     folder.mkdir(parents=True, exist_ok=True)
     series = {name: values for name, values in result.samples.items() if values}
@@ -130,6 +131,7 @@ def write_plots(result: Result, folder: Path) -> list[Path]:
             label=f"{kind}: bench peers",
         )
     ax.axhline(result.machine["cores"], color="grey", linewidth=0.8, label="all cores")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("concurrent sessions")
     ax.set_ylabel("CPU-seconds per second")
     ax.set_title("CPU vs sessions (peers run on the same cores)")

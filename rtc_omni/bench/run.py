@@ -133,7 +133,7 @@ async def _capacity(plan: Plan, result: Result, progress: Callable[[str], None])
             progress(f"capacity: {n} understanding sessions")
             point = await capacity.understand_point(url, process.pid, n, plan.capacity_seconds)
             out["understand"].append(_point(point))
-            result.samples[f"ingest, {n} sessions"] = point.ingest_s
+            result.samples[f"ingest, N={n} sessions"] = point.ingest_s
             if not point.ok:
                 break
             out["max_understand"] = n
