@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from aiortc import RTCPeerConnection
 from aiortc.jitterbuffer import JitterBuffer, JitterFrame
+from aiortc.rtp import RtpPacket
 
 VIDEO_CAPACITY = 512  # aiortc's own for video
 
@@ -26,7 +27,7 @@ class MarkerJitterBuffer(JitterBuffer):
     def _complete_head(self) -> JitterFrame | None:
         if self._origin is None:
             return None
-        packets = []
+        packets: list[RtpPacket] = []
         for count in range(self.capacity):
             packet = self._packets[(self._origin + count) % self.capacity]
             if packet is None or (packets and packet.timestamp != packets[0].timestamp):
