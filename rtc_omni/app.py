@@ -12,9 +12,9 @@ from .engines import Engines, create_engines
 from .metrics import get_metrics, watch_sessions
 from .sessions.recordings import RecordingStore
 from .sessions.registry import SessionRegistry
-from .signaling import ice, offer, websocket, whip
+from .signaling import ice, offer, websocket, whep, whip
 from .signaling.auth import bearer_auth
-from .signaling.ice import set_host_addresses
+from .signaling.ice import set_host_addresses, set_port_range
 from .signaling.keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 from .signaling.limits import cors_allow_list, session_rate_limit
 
@@ -79,6 +79,7 @@ async def _start_engines(app: web.Application) -> None:
 def create_app(settings: Settings, engines: Engines | None = None) -> web.Application:
     """Build the server. `engines` overrides the ones the settings name (tests pass their own)."""
     set_host_addresses(None if settings.gather_all_interfaces else settings.ice_address)
+    set_port_range(settings.ice_ports)
     middlewares = []
     if settings.cors_origin:
         middlewares.append(cors_allow_list(settings.cors_origin))
@@ -95,10 +96,12 @@ def create_app(settings: Settings, engines: Engines | None = None) -> web.Applic
     app[RECORDINGS] = RecordingStore(settings.recording_dir, settings.max_recordings)
     watch_sessions(app[REGISTRY])
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/health", healthz)  # vLLM's name, so a gateway can health-check another rtc-omni
     app.router.add_get("/metrics", get_metrics)
     offer.add_routes(app)
     add_browser_client(app)
     whip.add_routes(app)
+    whep.add_routes(app)
     websocket.add_routes(app)
     app.router.add_get("/v1/ice-servers", ice.get_ice_servers)
     app.on_shutdown.append(_close_sessions)

@@ -13,7 +13,7 @@ import types
 import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 ENV_PREFIX = "RTC_OMNI_"
 
@@ -47,6 +47,9 @@ class Settings(BaseModel):
         10.0, gt=0, description="Seconds an upstream that failed is skipped before it is tried again."
     )
     upstream_connect_timeout: float = Field(5.0, gt=0, description="Seconds to open a WebSocket to an upstream.")
+    upstream_health_interval: float = Field(
+        5.0, ge=0, description="Seconds between health checks (GET /health) of each upstream; 0 turns them off."
+    )
 
     ice_address: list[str] = Field(
         default_factory=lambda: ["127.0.0.1"],
@@ -65,6 +68,12 @@ class Settings(BaseModel):
         description="Public or 1:1-NAT address advertised first in every answer, as a host candidate on the "
         "port of the first gathered one (FFmpeg's WHIP muxer uses only the first). Repeat for several.",
     )
+    ice_port_min: int | None = Field(
+        None, ge=1, le=65535, description="Lowest UDP port ICE host candidates bind to (with --ice-port-max)."
+    )
+    ice_port_max: int | None = Field(
+        None, ge=1, le=65535, description="Highest UDP port ICE host candidates bind to (with --ice-port-min)."
+    )
     turn_secret: str | None = Field(
         None,
         description="coturn's static-auth-secret: TURN URLs in --ice-server get ephemeral TURN REST "
@@ -73,6 +82,18 @@ class Settings(BaseModel):
     turn_ttl: int = Field(86400, ge=60, description="Seconds TURN REST credentials stay valid.")
     ice_connect_timeout: float = Field(
         15.0, gt=0, description="Seconds a new session may take to connect before it is closed."
+    )
+    peer_silence_timeout: float = Field(
+        15.0,
+        gt=0,
+        description="Seconds a connected peer may send nothing at all (media, RTCP, DataChannel) before its "
+        "session is freed: a peer that vanished without a goodbye.",
+    )
+    publisher_media_timeout: float = Field(
+        10.0,
+        gt=0,
+        description="Seconds without RTP before a WHIP publisher's session ends. FFmpeg answers no ICE consent "
+        "checks, so its media is what keeps its connection alive.",
     )
 
     config_timeout: float = Field(
@@ -147,6 +168,14 @@ class Settings(BaseModel):
             raise ValueError("'all' cannot be combined with explicit addresses")
         return value
 
+    @model_validator(mode="after")
+    def _check_port_range(self) -> Settings:
+        if (self.ice_port_min is None) != (self.ice_port_max is None):
+            raise ValueError("set both --ice-port-min and --ice-port-max, or neither")
+        if self.ice_port_min is not None and self.ice_port_max is not None and self.ice_port_min > self.ice_port_max:
+            raise ValueError("--ice-port-min must not exceed --ice-port-max")
+        return self
+
     @field_validator("upstream")
     @classmethod
     def _check_upstreams(cls, value: list[str]) -> list[str]:
@@ -158,6 +187,13 @@ class Settings(BaseModel):
     @property
     def gather_all_interfaces(self) -> bool:
         return self.ice_address == ["all"]
+
+    @property
+    def ice_ports(self) -> range | None:
+        """The UDP ports ICE host candidates bind to; None: ephemeral ports."""
+        if self.ice_port_min is None or self.ice_port_max is None:
+            return None
+        return range(self.ice_port_min, self.ice_port_max + 1)
 
 
 def _is_list(annotation: Any) -> bool:

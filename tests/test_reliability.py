@@ -107,3 +107,48 @@ async def test_a_failed_dtls_handshake_frees_the_session(make_server: ServerFact
     await wait_until(lambda: body["session_id"] not in server.registry, timeout=15)
     await client.close()
     assert server_tasks() == []
+
+
+async def test_a_peer_that_vanishes_is_freed_within_the_silence_timeout(make_server: ServerFactory) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    server = await make_server(peer_silence_timeout=2.0)
+    client = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rtc_omni",
+            "client",
+            "understand",
+            "--server",
+            server.url,
+            "--video",
+            "colour:red",
+            "--width",
+            "160",
+            "--height",
+            "120",
+            "--query",
+            "hi",
+            "--warmup",
+            "60",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        await wait_until(lambda: len(server.registry) == 1, timeout=20)
+        await asyncio.sleep(1.0)
+        killed_at = time.monotonic()
+        client.send_signal(signal.SIGKILL)  # no DTLS close, no DELETE, no goodbye at all
+        await wait_until(lambda: len(server.registry) == 0, timeout=10)
+        freed_after = time.monotonic() - killed_at
+    finally:
+        client.kill()
+        client.wait()
+    assert freed_after < 10  # well before aiortc's ~30 s consent failure
+    assert server_tasks() == []

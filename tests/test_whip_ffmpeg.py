@@ -1,11 +1,15 @@
 """Interop: FFmpeg 8's WHIP muxer publishes to /whip with a Bearer token; a controller attaches,
-asks, and hears about the colour and the tone; FFmpeg's DELETE ends the session and frees it."""
+asks, and hears about the colour and the tone; FFmpeg's DELETE ends the session and frees it.
+FFmpeg answers no ICE consent checks: a long publish outlives consent expiry, and a publisher
+killed without DELETE is freed once its media stops."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 import sys
+import time
 from pathlib import Path
 
 import av
@@ -17,7 +21,7 @@ from cryptography.x509.oid import NameOID
 
 from rtc_omni.client.peer import UnderstandClient
 
-from .conftest import ServerFactory
+from .conftest import RunningServer, ServerFactory
 from .netns import require_loopback_namespace
 from .test_lifecycle import server_tasks, wait_until
 
@@ -48,14 +52,13 @@ def write_ecdsa_certificate(directory: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
-@pytest.mark.timeout(90)
-async def test_ffmpeg_whip_publisher_is_understood(make_server: ServerFactory, tmp_path: Path) -> None:
+async def start_publisher(server: RunningServer, directory: Path, seconds: float) -> asyncio.subprocess.Process:
+    """FFmpeg's WHIP muxer publishing red and 440 Hz to the server for `seconds`, in a subprocess."""
     require_loopback_namespace()
     if "whip" not in av.formats_available:
         pytest.fail("PyAV's FFmpeg has no whip muxer")
-    server = await make_server(auth_token=TOKEN)
-    cert, key = write_ecdsa_certificate(tmp_path)
-    publisher = await asyncio.create_subprocess_exec(
+    cert, key = write_ecdsa_certificate(directory)
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "tests.ffmpeg_whip_publisher",
@@ -63,25 +66,38 @@ async def test_ffmpeg_whip_publisher_is_understood(make_server: ServerFactory, t
         TOKEN,
         str(cert),
         str(key),
-        str(PUBLISH_SECONDS),
+        str(seconds),
         cwd=Path(__file__).resolve().parent.parent,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
+
+
+async def ask_about_colour_and_tone(server: RunningServer, session_id: str) -> None:
+    """Attach a controller to the publisher's session; its answer names the colour and the tone."""
     controller = UnderstandClient(server.url, video=None, audio=None, token=TOKEN)
     try:
-        await wait_until(lambda: len(server.registry) == 1 or publisher.returncode is not None, timeout=15)
-        assert len(server.registry) == 1, "the publisher never created a session"
-        session_id = next(iter(server.registry))
-        peer = server.registry.get(session_id)
-        await wait_until(lambda: peer.pc.connectionState == "connected", timeout=15)
-
         await controller.connect(kind="control", session_id=session_id)
         await controller.wait_event("video.frame.ack", timeout=10)
         await asyncio.sleep(1.0)  # a second of the tone in the audio buffer
         result = await controller.ask("What do you see and hear?")
         assert "mostly red" in result.text, result.text
         assert "dominant frequency about 440 Hz" in result.text, result.text
+    finally:
+        await controller.close()
+
+
+@pytest.mark.timeout(90)
+async def test_ffmpeg_whip_publisher_is_understood(make_server: ServerFactory, tmp_path: Path) -> None:
+    server = await make_server(auth_token=TOKEN)
+    publisher = await start_publisher(server, tmp_path, PUBLISH_SECONDS)
+    try:
+        await wait_until(lambda: len(server.registry) == 1 or publisher.returncode is not None, timeout=15)
+        assert len(server.registry) == 1, "the publisher never created a session"
+        session_id = next(iter(server.registry))
+        peer = server.registry.get(session_id)
+        await wait_until(lambda: peer.pc.connectionState == "connected", timeout=15)
+        await ask_about_colour_and_tone(server, session_id)
 
         async with asyncio.timeout(PUBLISH_SECONDS + 20):
             output, _ = await publisher.communicate()
@@ -94,4 +110,40 @@ async def test_ffmpeg_whip_publisher_is_understood(make_server: ServerFactory, t
         if publisher.returncode is None:
             publisher.kill()
             await publisher.wait()
-        await controller.close()
+
+
+LONG_PUBLISH_S = 45.0  # past aioice's consent expiry (~30-35 s without answers)
+MEDIA_TIMEOUT_S = 3.0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+async def test_ffmpeg_publisher_outlives_consent_expiry_and_is_freed_when_killed(
+    make_server: ServerFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="rtc_omni.signaling.ice")
+    server = await make_server(auth_token=TOKEN, publisher_media_timeout=MEDIA_TIMEOUT_S)
+    publisher = await start_publisher(server, tmp_path, 2 * LONG_PUBLISH_S)
+    try:
+        await wait_until(lambda: len(server.registry) == 1 or publisher.returncode is not None, timeout=15)
+        assert len(server.registry) == 1, "the publisher never created a session"
+        session_id = next(iter(server.registry))
+        peer = server.registry.get(session_id)
+        await wait_until(lambda: peer.pc.connectionState == "connected", timeout=15)
+        connected_at = time.monotonic()
+
+        await asyncio.sleep(LONG_PUBLISH_S - (time.monotonic() - connected_at))
+        assert "media keeps arriving: connection kept" in caplog.text  # consent did expire
+        assert session_id in server.registry and peer.pc.connectionState == "connected"
+        await ask_about_colour_and_tone(server, session_id)
+
+        publisher.kill()  # gone without DELETE
+        killed_at = time.monotonic()
+        await wait_until(lambda: session_id not in server.registry, timeout=MEDIA_TIMEOUT_S + 5)
+        assert time.monotonic() - killed_at < MEDIA_TIMEOUT_S + 3
+        assert peer.closed.is_set() and peer.pc.connectionState == "closed"
+        await wait_until(lambda: not server_tasks(), timeout=5)
+    finally:
+        if publisher.returncode is None:
+            publisher.kill()
+        await publisher.wait()

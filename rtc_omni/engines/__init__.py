@@ -55,7 +55,13 @@ async def create_engines(settings: Settings) -> Engines:
     if settings.engine == "remote":
 
         def pool(path: str) -> UpstreamPool:
-            return UpstreamPool(settings.upstream, path, settings.upstream_retry, settings.upstream_connect_timeout)
+            return UpstreamPool(
+                settings.upstream,
+                path,
+                settings.upstream_retry,
+                settings.upstream_connect_timeout,
+                settings.upstream_health_interval,
+            )
 
         return Engines(
             understand=RemoteUnderstandEngine(pool(understand_proto.WEBSOCKET_PATH)),

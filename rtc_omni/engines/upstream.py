@@ -1,8 +1,11 @@
-"""The upstream servers a remote engine forwards to: choice by load, passive health checks, failover.
+"""The upstream servers a remote engine forwards to: choice by load, health checks, failover.
 
 Each request (a turn or a generation) opens its own WebSocket to one endpoint path of one upstream.
 The pool picks the healthy upstream with the fewest open requests; an upstream that refused a
-connection or dropped one mid-request is skipped for `retry_s`, then tried again. When every
+connection or dropped one mid-request is skipped for `retry_s`, then tried again. Besides these
+passive checks, the pool polls each upstream's HTTP health endpoint (`/health`, which vLLM's and
+vLLM-Omni's servers and ours answer) every `health_interval_s`, so a dead upstream is skipped
+before a session lands on it and a recovered one comes back without waiting for `retry_s`. When every
 upstream is marked down, they are all tried anyway (soonest back first), so a fleet that recovers
 is used again without a restart. A server that answers that it does not serve the endpoint (one
 model per vLLM-Omni server) is tried last from then on, so understanding and generation servers
@@ -40,14 +43,49 @@ class Upstream:
 class UpstreamPool:
     """The upstreams of one endpoint path (understanding and generation are judged apart)."""
 
-    def __init__(self, urls: list[str], path: str, retry_s: float, connect_timeout_s: float) -> None:
+    def __init__(
+        self, urls: list[str], path: str, retry_s: float, connect_timeout_s: float, health_interval_s: float = 5.0
+    ) -> None:
         if not urls:
             raise ValueError("the remote engine needs at least one --upstream ws://HOST:PORT")
         self.upstreams = [Upstream(url) for url in urls]
         self.path = path
         self.retry_s = retry_s
         self.connect_timeout_s = connect_timeout_s
+        self.health_interval_s = health_interval_s
         self._http: aiohttp.ClientSession | None = None
+        self._health_task: asyncio.Task[None] | None = None
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            self._http = aiohttp.ClientSession()
+        if self._health_task is None and self.health_interval_s > 0:
+            self._health_task = asyncio.get_running_loop().create_task(self._watch_health())
+        return self._http
+
+    async def check_health(self) -> None:
+        """One round of health checks: a failed or non-200 `/health` marks the upstream down."""
+        http = self._session()
+
+        async def check(upstream: Upstream) -> None:
+            url = upstream.url.replace("ws://", "http://", 1).replace("wss://", "https://", 1) + "/health"
+            try:
+                async with asyncio.timeout(self.connect_timeout_s):
+                    async with http.get(url) as response:
+                        healthy = response.status == 200
+            except (aiohttp.ClientError, TimeoutError, OSError):
+                healthy = False
+            if not healthy:
+                self.mark_down(upstream)
+            elif not upstream.healthy:
+                upstream.down_until = 0.0  # back: use it again at once
+
+        await asyncio.gather(*(check(u) for u in self.upstreams))
+
+    async def _watch_health(self) -> None:
+        while True:
+            await self.check_health()
+            await asyncio.sleep(self.health_interval_s)
 
     def candidates(self) -> list[Upstream]:
         """Healthy upstreams by load (fewest open requests first), then the ones marked down, then
@@ -67,13 +105,12 @@ class UpstreamPool:
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[tuple[Upstream, aiohttp.ClientWebSocketResponse]]:
         """A WebSocket to the best upstream that answers; EngineError when none does."""
-        if self._http is None:
-            self._http = aiohttp.ClientSession()
+        http = self._session()
         failures: list[str] = []
         for upstream in self.candidates():
             try:
                 async with asyncio.timeout(self.connect_timeout_s):
-                    ws = await self._http.ws_connect(upstream.url + self.path, max_msg_size=MAX_MESSAGE_BYTES)
+                    ws = await http.ws_connect(upstream.url + self.path, max_msg_size=MAX_MESSAGE_BYTES)
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 self.mark_down(upstream)
                 failures.append(f"{upstream.url}: {exc or type(exc).__name__}")
@@ -88,6 +125,10 @@ class UpstreamPool:
         raise EngineError("no upstream reachable (" + "; ".join(failures) + ")")
 
     async def close(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
+            await asyncio.gather(self._health_task, return_exceptions=True)
+            self._health_task = None
         if self._http is not None:
             await self._http.close()
             self._http = None

@@ -12,7 +12,7 @@ import hmac
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-OPEN_PATHS = frozenset({"/healthz", "/"})
+OPEN_PATHS = frozenset({"/healthz", "/health", "/"})
 OPEN_PREFIXES = ("/static/",)
 
 

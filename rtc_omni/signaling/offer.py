@@ -132,7 +132,7 @@ async def _attach_controller(request: web.Request, offer: OfferRequest) -> web.R
     if peer is None:
         return json_error(404, "no such session")
     try:
-        answer = await peer.attach(RTCSessionDescription(sdp=offer.sdp, type="offer"), "controller")
+        _controller, answer = await peer.attach(RTCSessionDescription(sdp=offer.sdp, type="offer"), "controller")
     except TooManyPeers as exc:
         return session_limit_error(exc)
     except OFFER_FAILURES as exc:

@@ -13,25 +13,29 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from aiortc import RTCDataChannel, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCDataChannel, RTCPeerConnection, RTCRtpTransceiver, RTCSessionDescription
 from aiortc.contrib.media import MediaRelay
 from aiortc.mediastreams import MediaStreamTrack
+from aiortc.sdp import SessionDescription
 
 from ..config import Settings
 from ..engines import Engines
 from ..media.ingest import discard, start_ingest
 from ..media.jitter import release_frames_when_complete
+from ..media.shared_encode import SHARED_CODECS, SharedEncoder
 from ..media.talker import TalkerAudioTrack
 from ..media.video_out import GeneratedVideoTrack
 from ..sessions.generate import GenerateSession
 from ..sessions.recordings import RecordingStore
+from ..sessions.registry import new_session_id
 from ..sessions.understand import UnderstandSession
 from ..tasks import TaskSet
-from .ice import advertise_public_addresses, configured_ice_servers, rtc_configuration
+from .ice import advertise_public_addresses, configured_ice_servers, keep_consent_while, rtc_configuration
 
 logger = logging.getLogger(__name__)
 
@@ -218,7 +222,9 @@ class PeerSession(_PeerLink):
                 on_closed=lambda _session: self._close_soon(),
             )
         self._on_closed = on_closed
+        self._last_rtp_at = time.monotonic()
         self._relay = MediaRelay()
+        self._encoders: dict[str, SharedEncoder] = {}  # by codec MIME type, while they have viewers
         self.attached: set[AttachedPeer] = set()
 
     # ----------------------------------------------------------------- setup
@@ -238,29 +244,70 @@ class PeerSession(_PeerLink):
         else:
             raise OfferRejected("a generate session needs a video m-line to receive the generated video")
         answer = await self._answer()
+        if self.ingest_only:
+            keep_consent_while(self.pc, self._publisher_media_arriving)
+        if _sends_media(offer.sdp):  # a pure viewer sends nothing steadily: aiortc's consent checks cover it
+            self._tasks.spawn(self._watch_liveness())
         self.session.start()
         return answer
+
+    def _publisher_media_arriving(self) -> bool:
+        return time.monotonic() - self._last_rtp_at < self.settings.publisher_media_timeout
+
+    async def _watch_liveness(self) -> None:
+        """End the session of a peer that went away without a goodbye.
+
+        A WHIP publisher must keep its RTP coming (FFmpeg answers no ICE consent checks, so media is
+        its only sign of life: consent is kept while it arrives, ice.keep_consent_while). Any other
+        peer must keep sending something (media, RTCP reports, DataChannel traffic) within
+        --peer-silence-timeout, well before aiortc's own consent checks would give up (~30 s).
+        """
+        publisher = self.ingest_only
+        timeout = self.settings.publisher_media_timeout if publisher else self.settings.peer_silence_timeout
+        seen = 0
+        while True:
+            await asyncio.sleep(min(1.0, timeout / 4))
+            bytes_in, _, rtp_packets = await self._transport_counters()
+            received = rtp_packets if publisher else bytes_in
+            if received > seen or self.pc.connectionState != "connected":  # the connect deadline covers setup
+                seen, self._last_rtp_at = received, time.monotonic()
+            elif time.monotonic() - self._last_rtp_at >= timeout:
+                what = "RTP from the publisher" if publisher else "packets from the peer"
+                logger.info("%s: no %s for %.1f s, closing", self.name, what, timeout)
+                self._close_soon()
+                return
 
     def subscribe_outgoing(self) -> MediaStreamTrack:
         """A consumer's view of the outgoing track; all consumers share its frames."""
         return self._relay.subscribe(self.outgoing, buffered=False)
+
+    def subscribe_encoded(self, mime_type: str) -> MediaStreamTrack:
+        """The outgoing track encoded for `mime_type`, one encode shared by all its subscribers."""
+        encoder = self._encoders.get(mime_type)
+        if encoder is None:
+            forget = lambda: self._encoders.pop(mime_type, None)  # noqa: E731
+            encoder = self._encoders[mime_type] = SharedEncoder(self.subscribe_outgoing(), mime_type, forget)
+        return encoder.subscribe()
 
     @property
     def has_outgoing(self) -> bool:
         """False for an understanding session whose peer offered no audio (it has no talker)."""
         return not isinstance(self.session, UnderstandSession) or self.session.talker is not None
 
-    async def attach(self, offer: RTCSessionDescription, name: str) -> RTCSessionDescription:
+    async def attach(self, offer: RTCSessionDescription, name: str) -> tuple[AttachedPeer, RTCSessionDescription]:
         """Answer a further peer on this session (a controller or a viewer); see AttachedPeer."""
         if len(self.attached) >= MAX_ATTACHED_PEERS:
             raise TooManyPeers(f"session already has {MAX_ATTACHED_PEERS} attached peers")
         peer = AttachedPeer(self, name)
         self.attached.add(peer)
         try:
-            return await peer.accept(offer)
+            return peer, await peer.accept(offer)
         except Exception:
             await peer.close()
             raise
+
+    def find_attached(self, resource_id: str) -> AttachedPeer | None:
+        return next((p for p in self.attached if p.resource_id == resource_id), None)
 
     def _control(self) -> tuple[ControlChannels, ControlReceiver]:
         return self.channels, self.session
@@ -281,6 +328,8 @@ class PeerSession(_PeerLink):
         await self.session.close()
         await self.channels.drain(CHANNEL_DRAIN_S)
         await asyncio.gather(*(peer.close() for peer in list(self.attached)))
+        for encoder in list(self._encoders.values()):
+            encoder.stop()
         await self._tasks.cancel_all()
         self.outgoing.stop()
         await self.pc.close()
@@ -288,8 +337,8 @@ class PeerSession(_PeerLink):
         if asyncio.iscoroutine(result):
             await result
 
-    async def stats(self) -> dict[str, Any]:
-        stats = {"session_id": self.session_id, **self.session.stats(), "connection_state": self.pc.connectionState}
+    async def _transport_counters(self) -> tuple[int, int, int]:
+        """Bytes received, bytes sent and RTP packets received on the peer connection."""
         bytes_in = bytes_out = packets_in = 0
         if not self.closed.is_set():
             for report in (await self.pc.getStats()).values():
@@ -298,11 +347,17 @@ class PeerSession(_PeerLink):
                     bytes_out += report.bytesSent
                 elif report.type == "inbound-rtp":
                     packets_in += report.packetsReceived
+        return bytes_in, bytes_out, packets_in
+
+    async def stats(self) -> dict[str, Any]:
+        stats = {"session_id": self.session_id, **self.session.stats(), "connection_state": self.pc.connectionState}
+        bytes_in, bytes_out, packets_in = await self._transport_counters()
         stats.update(
             bytes_received=bytes_in,
             bytes_sent=bytes_out,
             rtp_packets_received=packets_in,
             attached_peers=len(self.attached),
+            shared_encoders={mime: e.subscribers for mime, e in self._encoders.items()},
         )
         if isinstance(self.outgoing, TalkerAudioTrack):
             stats.update(
@@ -313,25 +368,37 @@ class PeerSession(_PeerLink):
         return stats
 
 
+def _negotiated_mime_type(transceiver: RTCRtpTransceiver) -> str:
+    """The codec this transceiver's sender will use: aiortc sends with the first negotiated one."""
+    codecs = transceiver._codecs  # filtered by setRemoteDescription; aiortc has no public getter
+    mime_types = [c.mimeType.lower() for c in codecs]
+    if not mime_types or mime_types[0] not in SHARED_CODECS:
+        raise OfferRejected(f"{transceiver.kind}: offer one of {', '.join(SHARED_CODECS)}, not {mime_types}")
+    return mime_types[0]
+
+
 class AttachedPeer(_PeerLink):
     """A further peer connection on a running session.
 
     A `control` DataChannel it opens is bound to the session (commands in, events fanned out);
-    if it offers to receive the session's outgoing media kind, it gets that track through the
-    session's relay. Media it sends is drained and ignored. It ends with its own connection or
-    with the session.
+    if it offers to receive the session's outgoing media kind, it gets that track encoded once
+    for all attached peers using the same codec (media/shared_encode.py). Media it sends is
+    drained and ignored. It ends with its own connection or with the session.
     """
 
     def __init__(self, owner: PeerSession, name: str) -> None:
         super().__init__(f"{name} of session {owner.session_id}", owner.settings)
         self.owner = owner
+        self.resource_id = new_session_id()  # a WHEP viewer's resource URL
         self._track: MediaStreamTrack | None = None
 
     async def accept(self, offer: RTCSessionDescription) -> RTCSessionDescription:
         self.pc.on("track", lambda track: self._tasks.spawn(discard(track)))
         await self.pc.setRemoteDescription(offer)
-        if self.owner.has_outgoing and self._offers(self.owner.outgoing.kind):
-            self._track = self.owner.subscribe_outgoing()
+        kind = self.owner.outgoing.kind
+        transceiver = next((t for t in self.pc.getTransceivers() if t.kind == kind), None)
+        if self.owner.has_outgoing and transceiver is not None:
+            self._track = self.owner.subscribe_encoded(_negotiated_mime_type(transceiver))
             self.pc.addTrack(self._track)
         return await self._answer()
 
@@ -347,3 +414,11 @@ class AttachedPeer(_PeerLink):
         if self._track is not None:
             self._track.stop()
         await self.pc.close()
+
+
+def _sends_media(sdp: str) -> bool:
+    """Whether the offer's peer sends audio or video (a camera, a microphone, a publisher)."""
+    return any(
+        m.kind in ("audio", "video") and m.direction in ("sendonly", "sendrecv")
+        for m in SessionDescription.parse(sdp).media
+    )

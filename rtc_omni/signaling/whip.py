@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 
 from aiohttp import web
-from aiortc import RTCIceCandidate
+from aiortc import RTCIceCandidate, RTCPeerConnection, RTCSessionDescription
 from aiortc.sdp import SessionDescription, candidate_from_sdp
 from multidict import CIMultiDict
 
@@ -20,7 +20,6 @@ from ..sessions.registry import SessionLimitReached
 from .ice import configured_ice_servers, link_headers
 from .keys import ENGINES, SETTINGS
 from .offer import OFFER_FAILURES, find_peer_session, json_error, open_session, parse_sdp, session_limit_error
-from .peer import PeerSession
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +41,7 @@ def resource_path(session_id: str) -> str:
     return f"{WHIP_PATH}/{session_id}"
 
 
-def _error(status: int, message: str, **headers: str) -> web.Response:
+def cors_error(status: int, message: str, **headers: str) -> web.Response:
     return json_error(status, message, **CORS, **headers)
 
 
@@ -56,66 +55,82 @@ def _media_problem(offer: SessionDescription) -> str | None:
     return None
 
 
-def _etag(peer: PeerSession) -> str:
+def etag(pc: RTCPeerConnection) -> str:
     """A strong entity tag for the ICE session: the server's ICE username fragment."""
-    ice = SessionDescription.parse(peer.pc.localDescription.sdp).media[0].ice
-    return f'"{ice.usernameFragment if ice else peer.session_id}"'
+    ice = SessionDescription.parse(pc.localDescription.sdp).media[0].ice
+    return f'"{ice.usernameFragment if ice else ""}"'
+
+
+def preflight(resource: bool) -> web.Response:
+    """CORS preflight; no ICE servers here (RFC 9725 advises against it)."""
+    accept = {"Accept-Patch": SDPFRAG} if resource else {"Accept-Post": SDP}
+    return web.Response(status=204, headers={**PREFLIGHT, **accept})
+
+
+def created(
+    request: web.Request, path: str, answer: RTCSessionDescription, pc: RTCPeerConnection, name: str
+) -> web.Response:
+    """The `201 Created` of WHIP and WHEP: the answer, its resource URL, ETag and ICE servers."""
+    location = str(request.url.with_path(path).with_query(None))
+    headers = CIMultiDict(
+        {**CORS, "Content-Type": SDP, "Location": location, "ETag": etag(pc), "Accept-Patch": SDPFRAG}
+    )
+    for link in link_headers(configured_ice_servers(request.app[SETTINGS], name)):
+        headers.add("Link", link)
+    return web.Response(status=201, body=answer.sdp.encode(), headers=headers)
 
 
 async def options(request: web.Request) -> web.Response:
-    """CORS preflight; no ICE servers here (RFC 9725 advises against it)."""
-    accept = {"Accept-Post": SDP} if "session_id" not in request.match_info else {"Accept-Patch": SDPFRAG}
-    return web.Response(status=204, headers={**PREFLIGHT, **accept})
+    return preflight(resource="session_id" in request.match_info)
 
 
 async def post(request: web.Request) -> web.Response:
     if request.content_type != SDP:
-        return _error(415, f"Content-Type must be {SDP}")
+        return cors_error(415, f"Content-Type must be {SDP}")
     if "understand" not in request.app[ENGINES].kinds:
-        return _error(503, "this server does not serve understanding sessions")
+        return cors_error(503, "this server does not serve understanding sessions")
     sdp = await request.text()
     parsed = parse_sdp(sdp)
     if isinstance(parsed, str):
-        return _error(400, parsed)
+        return cors_error(400, parsed)
     problem = _media_problem(parsed)
     if problem is not None:
-        return _error(422, problem)
+        return cors_error(422, problem)
     try:
         peer, answer = await open_session(request.app, "understand", sdp, ingest_only=True)
     except SessionLimitReached as exc:
         return session_limit_error(exc)
     except OFFER_FAILURES as exc:
         logger.info("WHIP offer rejected: %s", exc)
-        return _error(400, f"cannot answer this offer: {exc}")
-    location = str(request.url.with_path(resource_path(peer.session_id)).with_query(None))
-    headers = CIMultiDict(
-        {**CORS, "Content-Type": SDP, "Location": location, "ETag": _etag(peer), "Accept-Patch": SDPFRAG}
-    )
-    for link in link_headers(configured_ice_servers(request.app[SETTINGS], peer.session_id)):
-        headers.add("Link", link)
-    return web.Response(status=201, body=answer.sdp.encode(), headers=headers)
+        return cors_error(400, f"cannot answer this offer: {exc}")
+    return created(request, resource_path(peer.session_id), answer, peer.pc, peer.session_id)
 
 
 async def patch(request: web.Request) -> web.Response:
     """Trickle ICE (RFC 8840 fragments): remote candidates in, 204 out; ICE restart is refused."""
     peer = find_peer_session(request, request.match_info["session_id"])
     if peer is None:
-        return _error(404, "no such WHIP session")
+        return cors_error(404, "no such WHIP session")
+    return await trickle(request, peer.pc)
+
+
+async def trickle(request: web.Request, pc: RTCPeerConnection) -> web.Response:
+    """Apply a PATCH's trickle-ice-sdpfrag to `pc` (shared by WHIP and WHEP resources)."""
     if request.content_type != SDPFRAG:
-        return _error(415, f"Content-Type must be {SDPFRAG}")
+        return cors_error(415, f"Content-Type must be {SDPFRAG}")
     if_match = request.headers.get("If-Match")
     if if_match == "*":
-        return _error(422, "ICE restart is not supported")
-    if if_match is not None and if_match != _etag(peer):
-        return _error(412, "If-Match does not match the ICE session's ETag")
+        return cors_error(422, "ICE restart is not supported")
+    if if_match is not None and if_match != etag(pc):
+        return cors_error(412, "If-Match does not match the ICE session's ETag")
     try:
-        candidates = _parse_fragment(await request.text(), peer)
+        candidates = _parse_fragment(await request.text(), pc)
     except IceRestartRequested as exc:
-        return _error(422, str(exc))
+        return cors_error(422, str(exc))
     except ValueError as exc:
-        return _error(400, str(exc))
+        return cors_error(400, str(exc))
     for candidate in candidates:
-        await peer.pc.addIceCandidate(candidate)
+        await pc.addIceCandidate(candidate)
     return web.Response(status=204, headers=CORS)
 
 
@@ -123,9 +138,9 @@ class IceRestartRequested(Exception):
     """The fragment carries new ICE credentials; aiortc cannot restart ICE."""
 
 
-def _parse_fragment(fragment: str, peer: PeerSession) -> list[RTCIceCandidate]:
+def _parse_fragment(fragment: str, pc: RTCPeerConnection) -> list[RTCIceCandidate]:
     """The UDP candidates of a trickle-ice-sdpfrag; ValueError if one does not parse."""
-    remote = SessionDescription.parse(peer.pc.remoteDescription.sdp).media[0]
+    remote = SessionDescription.parse(pc.remoteDescription.sdp).media[0]
     remote_ufrag = remote.ice.usernameFragment if remote.ice else None
     mid = remote.rtp.muxId or "0"
     candidates = []
@@ -147,7 +162,7 @@ def _parse_fragment(fragment: str, peer: PeerSession) -> list[RTCIceCandidate]:
 async def delete(request: web.Request) -> web.Response:
     peer = find_peer_session(request, request.match_info["session_id"])
     if peer is None:
-        return _error(404, "no such WHIP session")
+        return cors_error(404, "no such WHIP session")
     await peer.close()
     return web.Response(status=200, headers=CORS)
 
