@@ -20,9 +20,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from _common import process_cpu_seconds, start_server, summary
-from understand_loopback import bench_ack_latency
-
+from rtc_omni.bench.common import CpuMeter, start_server, stop, summary
+from rtc_omni.bench.understand import camera, measure_ingest
 from rtc_omni.client.media import ColourVideoTrack, ToneAudioTrack
 from rtc_omni.client.peer import UnderstandClient
 
@@ -52,22 +51,20 @@ async def bench_turns(url: str, turns: int) -> tuple[list[float], list[float]]:
 
 
 async def bench_cpu(url: str, pids: list[int], seconds: float) -> list[float]:
-    client = UnderstandClient(
-        url, video=ColourVideoTrack((40, 90, 200), 640, 480, 30, moving=True), audio=ToneAudioTrack()
-    )
+    client = UnderstandClient(url, video=camera(), audio=ToneAudioTrack())
     await client.connect()
     await client.configure()
     await asyncio.sleep(2.0)
-    cpu0, t0 = [process_cpu_seconds(pid) for pid in pids], time.monotonic()
+    meter, t0 = CpuMeter(pids), time.monotonic()
     next_turn = t0
     while time.monotonic() - t0 < seconds:
         if time.monotonic() >= next_turn:
             client.send({"type": "video.query", "text": "what now?"})
             next_turn += 5.0
         await asyncio.sleep(0.1)
-    elapsed = time.monotonic() - t0
+    cpu = meter.per_second()
     await client.close()
-    return [(process_cpu_seconds(pid) - c) / elapsed for pid, c in zip(pids, cpu0)]
+    return cpu
 
 
 @dataclass
@@ -79,7 +76,7 @@ class Figures:
 
 
 async def measure(url: str, pids: list[int], args: argparse.Namespace) -> Figures:
-    acks = await bench_ack_latency(url, args.seconds)
+    acks = (await measure_ingest(url, "vp8", args.seconds)).ack_s
     first_text, first_audio = await bench_turns(url, args.turns)
     return Figures(acks, first_text, first_audio, await bench_cpu(url, pids, args.seconds))
 
@@ -98,8 +95,7 @@ async def main() -> None:
         bridged = await measure(gateway_url, [gateway.pid, backend.pid], args)
     finally:
         for process in (gateway, backend):
-            process.terminate()
-            process.wait(timeout=15)
+            stop(process)
 
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
     for name, figures in (("direct ", direct), ("bridged", bridged)):

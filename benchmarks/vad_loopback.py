@@ -18,8 +18,8 @@ import sys
 import time
 
 import numpy as np
-from _common import silent_from, start_server, summary
 
+from rtc_omni.bench.common import silent_from, start_server, stop, summary
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ScriptedAudioTrack, speech48
 from rtc_omni.client.peer import UnderstandClient
 from rtc_omni.media.echo import EchoReference
@@ -75,8 +75,7 @@ async def bench_loopback(trials: int) -> tuple[list[float], list[float]]:
                 barge.append(quiet - mic.clip_started_at[-1])
             await client.close()
     finally:
-        process.terminate()
-        process.wait(timeout=15)
+        stop(process)
     return ends, barge
 
 

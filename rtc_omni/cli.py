@@ -1,4 +1,4 @@
-"""`rtc-omni`: serve the media server, or connect to one as a headless client."""
+"""`rtc-omni`: serve the media server, connect to one as a headless client, or benchmark it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import sys
 import time
 from typing import Any
 
+from .bench.cli import add_arguments as add_bench_arguments
+from .bench.cli import main as run_bench
 from .config import add_settings_arguments, load_settings
 from .logs import configure_logging
 
@@ -170,6 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--ice-address", action="append", help="local ICE address (default 127.0.0.1)")
     generate.add_argument("--token", help="Bearer token, if the server requires one")
     generate.set_defaults(func=lambda a: asyncio.run(_run_generate(a)))
+
+    bench = commands.add_parser(
+        "bench",
+        help="measure latency, interrupt, capacity over 127.0.0.1 ([bench] extra)",
+        description="Start `rtc-omni serve` on 127.0.0.1, drive it with headless peers, print the figures "
+        "(method and latest figures: docs/benchmarks.md).",
+    )
+    add_bench_arguments(bench)
+    bench.set_defaults(func=run_bench)
     return parser
 
 

@@ -71,7 +71,8 @@ class ColourVideoTrack(VideoStreamTrack):
     def set_colour(self, colour: tuple[int, int, int]) -> None:
         self.colour = colour
 
-    def _image(self) -> np.ndarray:
+    def image(self) -> np.ndarray:
+        """The frame `frames_sent` would show (also the WebSocket benchmark's JPEG source)."""
         image = np.empty((self.height, self.width, 3), dtype=np.uint8)
         image[:] = self.colour
         if self.moving:
@@ -83,7 +84,7 @@ class ColourVideoTrack(VideoStreamTrack):
 
     async def recv(self) -> av.VideoFrame:
         pts, time_base = await self.next_timestamp()
-        frame = av.VideoFrame.from_ndarray(self._image(), format="rgb24")
+        frame = av.VideoFrame.from_ndarray(self.image(), format="rgb24")
         frame.pts, frame.time_base = pts, time_base
         self.sent_at[pts] = time.monotonic()
         if len(self.sent_at) > 10_000:

@@ -10,13 +10,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from aiortc import RTCIceServer, RTCPeerConnection, RTCRtpReceiver, RTCSessionDescription
+from aiortc import RTCIceServer, RTCPeerConnection, RTCRtpReceiver, RTCRtpTransceiver, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
 from ..signaling.ice import rtc_configuration, set_host_addresses
 from .media import AudioRecorder, VideoReceiver
 
 EventFilter = Callable[[dict[str, Any]], bool]
+
+
+def prefer_video_codec(transceiver: RTCRtpTransceiver, codec: str) -> None:
+    """Offer only `codec` (`vp8`, `h264`) for this video m-line, so the answer must pick it."""
+    wanted = f"video/{codec}".lower()
+    capabilities = RTCRtpReceiver.getCapabilities("video")
+    codecs = capabilities.codecs if capabilities is not None else []
+    preferred = [c for c in codecs if c.mimeType.lower() == wanted]
+    if not preferred:
+        raise ValueError(f"unknown video codec {codec!r}")
+    transceiver.setCodecPreferences(preferred + [c for c in codecs if c.mimeType.lower() == "video/rtx"])
 
 
 class SignalingError(Exception):
@@ -169,16 +180,20 @@ class UnderstandClient(ControlClient):
         ice_servers: list[RTCIceServer] | None = None,
         relay_only: bool = False,
         control: bool = True,
+        video_codec: str | None = None,
     ) -> None:
         super().__init__(server, ice_addresses, token, ice_servers, relay_only, control)
         self.video, self.audio = video, audio
+        self.video_codec = video_codec
         self.receive_audio = receive_audio
         self.recorder: AudioRecorder | None = None
         self.modalities: list[str] = ["text", "audio"]
 
     def _add_transceivers(self) -> None:
         if self.video is not None:
-            self.pc.addTransceiver(self.video, direction="sendonly")
+            transceiver = self.pc.addTransceiver(self.video, direction="sendonly")
+            if self.video_codec is not None:
+                prefer_video_codec(transceiver, self.video_codec)
         if self.audio is not None:
             self.pc.addTransceiver(self.audio, direction="sendrecv" if self.receive_audio else "sendonly")
         elif self.receive_audio:
@@ -265,13 +280,7 @@ class GenerateClient(ControlClient):
     def _add_transceivers(self) -> None:
         transceiver = self.pc.addTransceiver("video", direction="recvonly")
         if self.video_codec is not None:
-            wanted = f"video/{self.video_codec}".lower()
-            capabilities = RTCRtpReceiver.getCapabilities("video")
-            codecs = capabilities.codecs if capabilities is not None else []
-            preferred = [c for c in codecs if c.mimeType.lower() == wanted]
-            if not preferred:
-                raise ValueError(f"unknown video codec {self.video_codec!r}")
-            transceiver.setCodecPreferences(preferred + [c for c in codecs if c.mimeType.lower() == "video/rtx"])
+            prefer_video_codec(transceiver, self.video_codec)
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         if track.kind == "video":

@@ -26,6 +26,7 @@ from aiortc.sdp import SessionDescription
 from ..config import Settings
 from ..engines import Engines
 from ..media.ingest import discard, start_ingest
+from ..media.jitter import release_frames_when_complete
 from ..media.shared_encode import SHARED_CODECS, SharedEncoder
 from ..media.talker import TalkerAudioTrack
 from ..media.video_out import GeneratedVideoTrack
@@ -232,6 +233,7 @@ class PeerSession(_PeerLink):
         """Apply the peer's offer and return the complete (non-trickle) answer."""
         self.pc.on("track", self._on_track)
         await self.pc.setRemoteDescription(offer)
+        release_frames_when_complete(self.pc)
         if self.ingest_only:
             if isinstance(self.session, UnderstandSession):
                 self.session.use_default_config()

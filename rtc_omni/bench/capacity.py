@@ -1,0 +1,119 @@
+"""N concurrent sessions against one server: CPU per session, ingest p95, turns completed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+
+from ..client.media import ToneAudioTrack
+from ..client.peer import GenerateClient, UnderstandClient
+from .common import CpuMeter, ack_latencies, percentile
+from .generate import FPS, HEIGHT, WIDTH
+from .understand import SAMPLE_FPS, camera
+
+TURN_EVERY_S = 5.0
+INGEST_P95_LIMIT_S = 0.100
+
+
+@dataclass
+class CapacityPoint:
+    sessions: int
+    server_cpu_s_per_s: float  # the whole server process
+    client_cpu_s_per_s: float  # this process: the peers' encoding and decoding, on the same cores
+    ingest_p95_ms: float | None = None  # understanding only
+    turns_sent: int = 0
+    turns_completed: int = 0
+    frames_missing: int = 0  # generation only
+    min_fps: float | None = None  # generation only
+    ok: bool = False
+    ingest_s: list[float] = field(default_factory=list, repr=False)
+
+    @property
+    def cpu_per_session(self) -> float:
+        return self.server_cpu_s_per_s / self.sessions
+
+
+async def _completed_turns(client: UnderstandClient, sent: int, timeout: float) -> int:
+    """Turns whose whole answer the session produced (`response.text.done` comes once the engine has
+    finished and its audio is in the talker), waiting up to `timeout` for the last ones. The next
+    turn, 5 s later, may cut the playout of a long answer, as a user speaking again would."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = sum(1 for e in client.events if e["type"] == "response.text.done")
+        if done >= sent or time.monotonic() >= deadline:
+            return done
+        await asyncio.sleep(0.1)
+
+
+async def understand_point(url: str, server_pid: int, sessions: int, seconds: float) -> CapacityPoint:
+    """`sessions` cameras (640x480@30 VP8) + mics, talker out, a turn every 5 s each (staggered)."""
+    videos = [camera() for _ in range(sessions)]
+    clients = [UnderstandClient(url, video=v, audio=ToneAudioTrack(), video_codec="vp8") for v in videos]
+    try:
+        for client in clients:
+            await client.connect(timeout=30)
+            await client.configure(sample_fps=SAMPLE_FPS, enable_frame_filter=False)
+        await asyncio.sleep(2.0)  # steady state
+        marks = [len(c.events) for c in clients]
+        meter = CpuMeter([server_pid, os.getpid()])
+        started = time.monotonic()
+        sent = [0] * sessions
+        while (now := time.monotonic() - started) < seconds:
+            for i, client in enumerate(clients):
+                if now >= sent[i] * TURN_EVERY_S + i * TURN_EVERY_S / sessions:
+                    client.send({"type": "video.query", "text": f"what now {sent[i]}?"})
+                    sent[i] += 1
+            await asyncio.sleep(0.05)
+        server_cpu, client_cpu = meter.per_second()
+        ingest = [lat for c, v, m in zip(clients, videos, marks) for lat in ack_latencies(c, v, skip=0, after=m)]
+        completed = [await _completed_turns(c, n, timeout=TURN_EVERY_S * 2) for c, n in zip(clients, sent)]
+    finally:
+        await asyncio.gather(*(c.close() for c in clients))
+    p95 = percentile(ingest, 95) if ingest else None
+    return CapacityPoint(
+        sessions=sessions,
+        server_cpu_s_per_s=server_cpu,
+        client_cpu_s_per_s=client_cpu,
+        ingest_p95_ms=None if p95 is None else round(p95 * 1000, 1),
+        turns_sent=sum(sent),
+        turns_completed=sum(completed),
+        ok=p95 is not None and p95 < INGEST_P95_LIMIT_S and sum(completed) == sum(sent),
+        ingest_s=ingest,
+    )
+
+
+async def generate_point(url: str, server_pid: int, streams: int, seconds: float) -> CapacityPoint:
+    """`streams` concurrent 832x480@16 VP8 generations of `seconds` of video each."""
+    clients = [GenerateClient(url, video_codec="vp8") for _ in range(streams)]
+    num_frames = int(seconds * FPS)
+    try:
+        for client in clients:
+            await client.connect(timeout=30)
+        meter = CpuMeter([server_pid, os.getpid()])
+        await asyncio.gather(
+            *(
+                c.start(prompt=f"stream {i}", size=f"{WIDTH}x{HEIGHT}", fps=FPS, num_frames=num_frames)
+                for i, c in enumerate(clients)
+            )
+        )
+        dones = await asyncio.gather(*(c.wait_event("session.done", timeout=seconds * 4 + 30) for c in clients))
+        server_cpu, client_cpu = meter.per_second()
+        await asyncio.sleep(0.3)
+        missing, rates = 0, []
+        for client, done in zip(clients, dones):
+            assert client.receiver is not None
+            frames = list(client.receiver.frames)[1:]
+            missing += done["frames"] - len({f.index for f in client.receiver.frames})
+            rates.append((len(frames) - 1) / (frames[-1].at - frames[0].at) if len(frames) > 1 else 0.0)
+    finally:
+        await asyncio.gather(*(c.close() for c in clients))
+    return CapacityPoint(
+        sessions=streams,
+        server_cpu_s_per_s=server_cpu,
+        client_cpu_s_per_s=client_cpu,
+        frames_missing=missing,
+        min_fps=round(min(rates), 2),
+        ok=missing == 0 and min(rates) >= FPS * 0.95,
+    )

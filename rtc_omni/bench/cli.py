@@ -1,0 +1,61 @@
+"""`rtc-omni bench`: arguments and the run; kept apart so `rtc_omni.cli` stays thin."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the parser is built on every `rtc-omni` call; the run imports aiortc
+    from .run import Plan
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="a smoke run of every item, within about a minute")
+    parser.add_argument("--json", type=Path, help="write the figures and raw samples here")
+    parser.add_argument("--plots", type=Path, help="draw latency.png and capacity.png into this folder")
+    parser.add_argument("--seconds", type=float, help="length of each ingest and WebSocket run")
+    parser.add_argument("--max-sessions", type=int, help="largest N of understanding sessions in the capacity sweep")
+    parser.add_argument("--peer-python", help="interpreter with pipecat-ai[webrtc] for 6b (default: this one)")
+    parser.add_argument("--no-peer", action="store_true", help="skip the peer WebRTC server comparison (6b)")
+
+
+def plan_from(args: argparse.Namespace) -> Plan:
+    from . import run
+
+    plan = run.QUICK if args.quick else run.FULL
+    changes: dict[str, Any] = {}
+    if args.seconds is not None:
+        changes["seconds"] = args.seconds
+    if args.max_sessions is not None:
+        changes["understand_sessions"] = tuple(n for n in plan.understand_sessions if n <= args.max_sessions)
+    if args.peer_python is not None:
+        changes["peer_python"] = args.peer_python
+    if args.no_peer:
+        changes["peer_python"] = None
+    return dataclasses.replace(plan, **changes)
+
+
+def main(args: argparse.Namespace) -> int:
+    from . import report, run
+
+    plan = plan_from(args)
+    started = time.monotonic()
+
+    def progress(step: str) -> None:
+        print(f"[{time.monotonic() - started:5.1f} s] {step}", file=sys.stderr, flush=True)
+
+    result = asyncio.run(run.run(plan, progress))
+    progress("done")
+    print(report.table(result))
+    if args.json:
+        report.write_json(result, args.json)
+        print(f"figures written to {args.json}")
+    if args.plots:
+        for path in report.write_plots(result, args.plots):
+            print(f"plot written to {path}")
+    return 0

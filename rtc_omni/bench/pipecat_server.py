@@ -1,0 +1,85 @@
+"""A peer Python WebRTC server for side by side (b): pipecat's SmallWebRTCTransport doing the same
+ingest (camera sampled at 10 fps, mic) plus an audio echo, on 127.0.0.1 only.
+
+Run by `rtc_omni.bench.peer` with an interpreter that has `pipecat-ai[webrtc]` (the `[bench]`
+extra's pin); it speaks our offer endpoint's shape so the same headless client connects to it.
+Usage: python pipecat_server.py PORT
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+
+import aioice.ice
+from aiohttp import web
+from pipecat.frames.frames import Frame, InputAudioRawFrame, OutputAudioRawFrame
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.runner import PipelineRunner
+from pipecat.pipeline.task import PipelineTask
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.transports.base_transport import TransportParams
+from pipecat.transports.smallwebrtc.connection import SmallWebRTCConnection
+from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
+
+SAMPLE_FPS = 10
+
+
+def _loopback_only(use_ipv4: bool, use_ipv6: bool) -> list[str]:
+    return ["127.0.0.1"] if use_ipv4 else []
+
+
+aioice.ice.get_host_addresses = _loopback_only  # ICE host candidates on 127.0.0.1 only
+
+
+class Echo(FrameProcessor):
+    """Sends every microphone frame back as output audio."""
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, InputAudioRawFrame):
+            await self.push_frame(OutputAudioRawFrame(frame.audio, frame.sample_rate, frame.num_channels))
+        else:
+            await self.push_frame(frame, direction)
+
+
+async def run_pipeline(connection: SmallWebRTCConnection) -> None:
+    params = TransportParams(audio_in_enabled=True, audio_out_enabled=True, video_in_enabled=True)
+    transport = SmallWebRTCTransport(connection, params)
+
+    @transport.event_handler("on_client_connected")
+    async def on_connected(transport: SmallWebRTCTransport, client: object) -> None:
+        await transport.capture_participant_media("camera", framerate=SAMPLE_FPS)
+
+    @transport.event_handler("on_client_disconnected")
+    async def on_disconnected(transport: SmallWebRTCTransport, client: object) -> None:
+        await task.cancel()
+
+    task = PipelineTask(Pipeline([transport.input(), Echo(), transport.output()]))
+    await PipelineRunner(handle_sigint=False).run(task)
+
+
+async def offer(request: web.Request) -> web.Response:
+    body = await request.json()
+    connection = SmallWebRTCConnection(ice_servers=[])
+    await connection.initialize(sdp=body["sdp"], type=body["type"])
+    request.app["tasks"].add(asyncio.ensure_future(run_pipeline(connection)))
+    answer = connection.get_answer()
+    return web.json_response({"session_id": uuid.uuid4().hex, "sdp": answer["sdp"], "type": answer["type"]})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+def main() -> None:
+    app = web.Application()
+    app["tasks"] = set()
+    app.router.add_post("/v1/rtc/offer", offer)
+    app.router.add_get("/healthz", healthz)
+    web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""The whole benchmark: each measurement in turn against fresh loopback servers, as one result."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import aiortc
+
+from . import capacity, generate, peer, understand, websocket
+from .common import server, stats_ms
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much of each measurement to run; bounded in count and time."""
+
+    seconds: float = 15.0  # each ingest and WebSocket run
+    connects: int = 10
+    interrupts: int = 8
+    audio_turns: int = 8
+    generate_seconds: float = 20.0
+    generate_chunks: int = 15
+    understand_sessions: tuple[int, ...] = (1, 2, 4, 6)
+    generate_streams: tuple[int, ...] = (1, 2, 4)
+    capacity_seconds: float = 15.0
+    codecs: tuple[str, ...] = ("vp8", "h264")
+    peer_python: str | None = sys.executable  # an interpreter with pipecat; None skips 6b
+
+
+FULL = Plan()
+QUICK = Plan(
+    seconds=3.0,
+    connects=3,
+    interrupts=2,
+    audio_turns=2,
+    generate_seconds=2.0,
+    generate_chunks=2,
+    understand_sessions=(1, 2),
+    generate_streams=(1,),
+    capacity_seconds=3.0,
+    codecs=("vp8",),
+    peer_python=None,
+)
+
+
+@dataclass
+class Result:
+    machine: dict[str, Any]
+    figures: dict[str, Any] = field(default_factory=dict)  # what the table and JSON show
+    samples: dict[str, list[float]] = field(default_factory=dict)  # raw latencies in s, for plots
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cores": os.cpu_count(),
+        "cpu": platform.processor() or platform.machine(),
+        "python": sys.version.split()[0],
+        "aiortc": aiortc.__version__,
+        "load_average_at_start": os.getloadavg(),
+    }
+
+
+def _latency(result: Result, name: str, values: list[float]) -> dict[str, float]:
+    result.samples[name] = values
+    return stats_ms(values)
+
+
+async def run(plan: Plan, progress: Callable[[str], None] = print) -> Result:
+    result = Result(machine())
+    fig = result.figures
+    with server() as (_, url):
+        progress("connect")
+        connect = await understand.measure_connect(url, plan.connects)
+        fig["connect"] = {
+            "offer_to_connected_ms": _latency(result, "offer -> connected", connect.connected_s),
+            "offer_to_first_ack_ms": _latency(result, "offer -> first ack", connect.first_ack_s),
+        }
+        fig["ingest"] = {}
+        for codec in plan.codecs:
+            progress(f"ingest {codec}")
+            ingest = await understand.measure_ingest(url, codec, plan.seconds)
+            fig["ingest"][codec] = {
+                "frame_to_ack_ms": _latency(result, f"RTP frame -> ack ({codec})", ingest.ack_s),
+                "payload_bytes_per_s": round(ingest.payload_bytes_per_s),
+            }
+        progress("WebSocket ingest")
+        ws = await websocket.measure_websocket_ingest(url, plan.seconds)
+        webrtc = fig["ingest"]["vp8"]
+        ws_ack = _latency(result, "WebSocket frame -> ack", ws.ack_s)
+        fig["websocket"] = {
+            "frame_to_ack_ms": ws_ack,
+            "payload_bytes_per_s": round(ws.payload_bytes_per_s),
+            "bytes_ratio_ws_to_webrtc": round(ws.payload_bytes_per_s / webrtc["payload_bytes_per_s"], 2),
+            "ack_p50_ratio_ws_to_webrtc": _ratio(ws_ack, webrtc["frame_to_ack_ms"], "p50"),
+            "ack_p95_ratio_ws_to_webrtc": _ratio(ws_ack, webrtc["frame_to_ack_ms"], "p95"),
+        }
+        progress("engine audio -> peer")
+        audio = await understand.measure_audio_out(url, plan.audio_turns)
+        fig["engine_to_wire"] = {"audio_chunk_to_decoded_ms": _latency(result, "engine audio -> decoded", audio)}
+        progress("interrupt")
+        interrupts = await understand.measure_interrupt(url, plan.interrupts)
+        fig["interrupt_to_silence_ms"] = _latency(result, "interrupt -> silence", interrupts)
+    fig["generate"] = {}
+    for codec in plan.codecs:
+        progress(f"generate {codec}")
+        stream = await generate.measure_throughput(codec, plan.generate_seconds)
+        frames = await generate.measure_frame_latency(codec, plan.generate_chunks)
+        fig["generate"][codec] = asdict(stream)
+        fig["engine_to_wire"][f"video_frame_to_decoded_{codec}_ms"] = _latency(
+            result, f"engine video -> decoded ({codec})", frames
+        )
+    fig["capacity"] = await _capacity(plan, result, progress)
+    if plan.peer_python is not None:
+        progress("peer server")
+        fig["peer"] = await peer.compare(plan.peer_python, plan.capacity_seconds, fig["capacity"]["understand"])
+    return result
+
+
+def _ratio(a: dict[str, float], b: dict[str, float], key: str) -> float | None:
+    return round(a[key] / b[key], 2) if a.get("n") and b.get("n") and b[key] else None
+
+
+async def _capacity(plan: Plan, result: Result, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Sweep N upwards; stop at the first N that fails (a turn lost, ingest p95 >= 100 ms, frames late)."""
+    out: dict[str, Any] = {"understand": [], "generate": [], "max_understand": 0, "max_generate": 0}
+    with server() as (process, url):
+        for n in plan.understand_sessions:
+            progress(f"capacity: {n} understanding sessions")
+            point = await capacity.understand_point(url, process.pid, n, plan.capacity_seconds)
+            out["understand"].append(_point(point))
+            result.samples[f"ingest, N={n} sessions"] = point.ingest_s
+            if not point.ok:
+                break
+            out["max_understand"] = n
+    with server(generate.FAST_ENGINE) as (process, url):
+        for n in plan.generate_streams:
+            progress(f"capacity: {n} generation streams")
+            point = await capacity.generate_point(url, process.pid, n, plan.capacity_seconds)
+            out["generate"].append(_point(point))
+            if not point.ok:
+                break
+            out["max_generate"] = n
+    return out
+
+
+def _point(point: capacity.CapacityPoint) -> dict[str, Any]:
+    figures = asdict(point)
+    del figures["ingest_s"]
+    figures["server_cpu_s_per_s_per_session"] = round(point.cpu_per_session, 3)
+    figures["server_cpu_s_per_s"] = round(point.server_cpu_s_per_s, 3)
+    figures["client_cpu_s_per_s"] = round(point.client_cpu_s_per_s, 3)
+    return figures

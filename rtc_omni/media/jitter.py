@@ -1,0 +1,47 @@
+"""Release each received video frame as soon as it is complete, not when the next one begins.
+
+aiortc's video jitter buffer hands a frame to the decoder only when a packet of the *next* frame
+arrives, so every camera frame waits one frame interval (33 ms at 30 fps) before ingest sees it.
+The RTP marker bit ends a frame (VP8, H.264), so a run of contiguous packets of one timestamp that
+ends with it is complete; this buffer releases it then. Without a marker (lost, or a sender that
+does not set it) aiortc's rule still applies.
+"""
+
+from __future__ import annotations
+
+from aiortc import RTCPeerConnection
+from aiortc.jitterbuffer import JitterBuffer, JitterFrame
+from aiortc.rtp import RtpPacket
+
+VIDEO_CAPACITY = 512  # aiortc's own for video
+
+
+class MarkerJitterBuffer(JitterBuffer):
+    def __init__(self) -> None:
+        super().__init__(capacity=VIDEO_CAPACITY, is_video=True)
+
+    def _remove_frame(self, sequence_number: int) -> JitterFrame | None:
+        complete = self._complete_head()
+        return complete if complete is not None else super()._remove_frame(sequence_number)
+
+    def _complete_head(self) -> JitterFrame | None:
+        if self._origin is None:
+            return None
+        packets: list[RtpPacket] = []
+        for count in range(self.capacity):
+            packet = self._packets[(self._origin + count) % self.capacity]
+            if packet is None or (packets and packet.timestamp != packets[0].timestamp):
+                return None
+            packets.append(packet)
+            if packet.marker:
+                self.remove(count + 1)
+                return JitterFrame(data=b"".join(p._data for p in packets), timestamp=packet.timestamp)  # type: ignore[attr-defined]
+        return None
+
+
+def release_frames_when_complete(pc: RTCPeerConnection) -> None:
+    """Give every video receiver of `pc` the marker-aware buffer; call before media flows
+    (after setRemoteDescription, before the answer)."""
+    for transceiver in pc.getTransceivers():
+        if transceiver.kind == "video":
+            transceiver.receiver._RTCRtpReceiver__jitter_buffer = MarkerJitterBuffer()  # type: ignore[attr-defined]
