@@ -85,14 +85,14 @@ async def test_ice_servers_endpoint_mints_turn_rest_credentials(make_server: Ser
 def test_public_address_is_the_first_candidate() -> None:
     sdp = (
         "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\n"
-        "m=audio 40000 UDP/TLS/RTP/SAVPF 111\r\nc=IN IP4 10.0.0.5\r\na=mid:0\r\na=rtpmap:111 opus/48000/2\r\n"
-        "a=candidate:1 1 udp 2130706431 10.0.0.5 40000 typ host\r\na=end-of-candidates\r\n"
+        "m=audio 40000 UDP/TLS/RTP/SAVPF 111\r\nc=IN IP4 192.0.2.5\r\na=mid:0\r\na=rtpmap:111 opus/48000/2\r\n"
+        "a=candidate:1 1 udp 2130706431 192.0.2.5 40000 typ host\r\na=end-of-candidates\r\n"
         "a=ice-ufrag:abcd\r\na=ice-pwd:abcdefghijklmnopqrstuvwx\r\n"
     )
     rewritten = advertise_public_addresses(sdp, ["203.0.113.7"])
     candidates = [line for line in rewritten.splitlines() if line.startswith("a=candidate:")]
     assert candidates[0].split()[4:8] == ["203.0.113.7", "40000", "typ", "host"]
-    assert "10.0.0.5 40000 typ host" in candidates[1] and "c=IN IP4 203.0.113.7" in rewritten
+    assert "192.0.2.5 40000 typ host" in candidates[1] and "c=IN IP4 203.0.113.7" in rewritten
 
 
 async def test_whip_answer_advertises_the_public_address_first(make_server: ServerFactory) -> None:
