@@ -93,16 +93,19 @@ class ColourVideoTrack(VideoStreamTrack):
         return frame
 
 
-class ToneAudioTrack(MediaStreamTrack):
-    """A microphone playing a sine tone (frequency 0 = silence), paced in 20 ms frames."""
+class PacedAudioTrack(MediaStreamTrack):
+    """A 48 kHz mono microphone that hands out one 20 ms frame per 20 ms of wall time."""
 
     kind = "audio"
 
-    def __init__(self, frequency: float = 440.0, amplitude: float = 0.3) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.frequency, self.amplitude = frequency, amplitude
         self._samples = 0
         self._start: float | None = None
+
+    def _next_samples(self) -> np.ndarray:
+        """The next AUDIO_FRAME_SAMPLES float samples in [-1, 1]."""
+        raise NotImplementedError
 
     async def recv(self) -> av.AudioFrame:
         if self.readyState != "live":
@@ -113,13 +116,25 @@ class ToneAudioTrack(MediaStreamTrack):
             wait = self._start + self._samples / AUDIO_RATE - time.time()
             if wait > 0:
                 await asyncio.sleep(wait)
-        t = (self._samples + np.arange(AUDIO_FRAME_SAMPLES)) / AUDIO_RATE
-        wave_ = self.amplitude * np.sin(2 * np.pi * self.frequency * t) if self.frequency else np.zeros_like(t)
-        pcm = (wave_ * 32767).astype(np.int16).reshape(1, -1)
+        pcm = (np.clip(self._next_samples(), -1, 1) * 32767).astype(np.int16).reshape(1, -1)
         frame = av.AudioFrame.from_ndarray(pcm, format="s16", layout="mono")
         frame.sample_rate, frame.pts, frame.time_base = AUDIO_RATE, self._samples, _AUDIO_TIME_BASE
         self._samples += AUDIO_FRAME_SAMPLES
         return frame
+
+
+class ToneAudioTrack(PacedAudioTrack):
+    """A microphone playing a sine tone (frequency 0 = silence)."""
+
+    def __init__(self, frequency: float = 440.0, amplitude: float = 0.3) -> None:
+        super().__init__()
+        self.frequency, self.amplitude = frequency, amplitude
+
+    def _next_samples(self) -> np.ndarray:
+        t = (self._samples + np.arange(AUDIO_FRAME_SAMPLES)) / AUDIO_RATE
+        if not self.frequency:
+            return np.zeros(AUDIO_FRAME_SAMPLES, dtype=np.float32)
+        return (self.amplitude * np.sin(2 * np.pi * self.frequency * t)).astype(np.float32)
 
 
 def speech48(text: str) -> np.ndarray:
@@ -133,19 +148,15 @@ def speech48(text: str) -> np.ndarray:
     return out[loud[0] : loud[-1] + 1]
 
 
-class ScriptedAudioTrack(MediaStreamTrack):
+class ScriptedAudioTrack(PacedAudioTrack):
     """A microphone that says what it is told: queued 48 kHz clips, silence in between, and
     optionally the sound of its own loudspeaker (an `AudioRecorder`'s frames) mixed in as echo."""
-
-    kind = "audio"
 
     def __init__(self, echo_gain: float = 0.0) -> None:
         super().__init__()
         self.echo_gain = echo_gain
         self.echo: asyncio.Queue[np.ndarray] = asyncio.Queue(maxsize=50)  # fed by an AudioRecorder
         self._clips: deque[np.ndarray] = deque()
-        self._samples = 0
-        self._start: float | None = None
         self.clip_started_at: list[float] = []  # monotonic time each clip began to play
         self.clip_ended_at: list[float] = []
 
@@ -176,21 +187,6 @@ class ScriptedAudioTrack(MediaStreamTrack):
             echo = self.echo.get_nowait()
             out[: echo.size] += self.echo_gain * echo[:AUDIO_FRAME_SAMPLES]
         return out
-
-    async def recv(self) -> av.AudioFrame:
-        if self.readyState != "live":
-            raise MediaStreamError
-        if self._start is None:
-            self._start = time.time()
-        else:
-            wait = self._start + self._samples / AUDIO_RATE - time.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-        pcm = (np.clip(self._next_samples(), -1, 1) * 32767).astype(np.int16).reshape(1, -1)
-        frame = av.AudioFrame.from_ndarray(pcm, format="s16", layout="mono")
-        frame.sample_rate, frame.pts, frame.time_base = AUDIO_RATE, self._samples, _AUDIO_TIME_BASE
-        self._samples += AUDIO_FRAME_SAMPLES
-        return frame
 
 
 @dataclass(frozen=True)
