@@ -15,8 +15,8 @@ from collections import deque
 import numpy as np
 
 REFERENCE_RATE = 16_000
-KEEP_S = 2.0
-MAX_DELAY_S = 0.8
+KEEP_S = 2.5
+MAX_DELAY_S = 1.5  # loopback through a peer's jitter buffers, with room for a loaded machine
 ECHO_CORRELATION = 0.5
 _AUDIBLE_RMS = 0.005
 
