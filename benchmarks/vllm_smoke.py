@@ -3,11 +3,12 @@
 On a machine with a CUDA GPU, vLLM-Omni (`pip install -e ".[vllm]"`) and the model's weights:
 
   python benchmarks/vllm_smoke.py --model Qwen/Qwen3-Omni-30B-A3B-Instruct
-  python benchmarks/vllm_smoke.py --model BestWishYsh/Helios-Distilled --engine-arg diffusion_streaming_output=true
+  python benchmarks/vllm_smoke.py --model BestWishYsh/Helios-Distilled --engine-arg diffusion-streaming-output
 
 It serves the model in-process on 127.0.0.1, connects a headless aiortc peer (a red camera and a
 440 Hz tone, or a prompt), and prints time to first text and first audio, or frames/s, and the GPU
-memory the process holds. Extra AsyncOmni arguments go through --engine-arg KEY=VALUE.
+memory the process holds. Further `vllm serve --omni` arguments go through --engine-arg KEY=VALUE
+(or a bare KEY for a switch).
 """
 
 from __future__ import annotations

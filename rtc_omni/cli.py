@@ -14,6 +14,7 @@ from typing import Any
 from .bench.cli import add_arguments as add_bench_arguments
 from .bench.cli import main as run_bench
 from .config import add_settings_arguments, load_settings
+from .engines.vllm_runtime import INSTALL_HINT, EngineUnavailable
 from .logs import configure_logging
 
 
@@ -24,8 +25,6 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = load_settings(args)
     if settings.engine == "vllm" and importlib.util.find_spec("vllm_omni") is None:
-        from .engines.vllm_runtime import INSTALL_HINT
-
         print(f"rtc-omni: {INSTALL_HINT}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_format)
@@ -35,7 +34,11 @@ def _serve(args: argparse.Namespace) -> int:
         f"on http://{settings.host}:{settings.port}",
         flush=True,
     )
-    web.run_app(app, host=settings.host, port=settings.port, print=None, shutdown_timeout=10.0)
+    try:
+        web.run_app(app, host=settings.host, port=settings.port, print=None, shutdown_timeout=10.0)
+    except EngineUnavailable as exc:
+        print(f"rtc-omni: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

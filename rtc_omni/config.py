@@ -35,8 +35,8 @@ class Settings(BaseModel):
     stage_overrides: str | None = Field(None, description="--engine vllm: vLLM-Omni stage overrides as JSON.")
     engine_arg: list[str] = Field(
         default_factory=list,
-        description="--engine vllm: a further AsyncOmni argument as KEY=VALUE (VALUE parsed as JSON when it "
-        "is JSON); repeat for several.",
+        description="--engine vllm: a further `vllm serve --omni` argument, KEY=VALUE or a bare KEY for a "
+        "switch (e.g. gpu-memory-utilization=0.8, diffusion-streaming-output); repeat for several.",
     )
     upstream: list[str] = Field(
         default_factory=list,

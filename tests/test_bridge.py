@@ -105,15 +105,21 @@ async def test_a_bridged_interrupt_cancels_the_upstream_turn(
             await asyncio.sleep(0.05)
 
 
-async def test_bridged_generation_arrives_in_order(make_server: ServerFactory) -> None:
+async def test_bridged_generation_arrives_in_order_and_reports_the_upstreams_interactions(
+    make_server: ServerFactory,
+) -> None:
     backend = await make_server(
-        synthetic_chunk_frames=10, synthetic_first_chunk_latency=0.2, synthetic_chunk_latency=0.2
+        synthetic_chunk_frames=10, synthetic_first_chunk_latency=0.2, synthetic_chunk_latency=0.25
     )
     front = await gateway(make_server, backend)
     client = GenerateClient(front.url)
     await client.connect()
     try:
-        await client.start(prompt="a green field", fps=16, num_frames=40, size="320x240")
+        await client.start(prompt="a green field", fps=16, num_frames=60, size="320x240")
+        await client.wait_event("video.chunk_metadata")
+        change = {"event_id": "e7", "event": {"prompt": "a red field"}, "transition_chunks": 2}
+        client.send({"type": "session.interaction", "interaction": change})
+        queued = await client.wait_event(where=lambda e: e["type"] in ("session.interaction.queued", "error"))
         done = await client.wait_event("session.done", timeout=30)
         await asyncio.sleep(0.4)
         frames = list(client.receiver.frames)
@@ -121,10 +127,19 @@ async def test_bridged_generation_arrives_in_order(make_server: ServerFactory) -
         await client.close()
 
     indices = [f.index for f in frames]
-    assert done["stopped"] is False and done["frames"] == 40
-    assert indices == list(range(40))
-    green = frames[20].mean_rgb
+    assert done["stopped"] is False and done["frames"] == 60
+    assert indices == list(range(60))
+    green = frames[5].mean_rgb
     assert green[1] > green[0] + 60 and green[1] > green[2] + 60
+    # The interaction went upstream under the client's event id; the upstream's chunk reports,
+    # relayed through the gateway, say where it started and completed.
+    assert queued["type"] == "session.interaction.queued" and queued["event_id"] == "e7"
+    chunks = {c["generation_chunk_index"]: c for c in client.events if c["type"] == "video.chunk_metadata"}
+    start = queued["apply_from_chunk"]
+    assert chunks[start]["started_event_ids"] == ["e7"] and chunks[start]["completed_event_ids"] == []
+    assert chunks[start + 1]["active_event_ids"] == ["e7"] and chunks[start + 1]["completed_event_ids"] == ["e7"]
+    red = frames[-1].mean_rgb
+    assert red[0] > red[1] + 60 and red[0] > red[2] + 60
 
 
 async def test_a_backend_dying_mid_turn_gives_an_error_and_the_next_turn_fails_over(

@@ -88,9 +88,8 @@ async def test_interaction_changes_the_colour_from_the_stated_chunk(make_server:
     try:
         await client.start(prompt="a red balloon", fps=30, num_frames=60, **SMALL)
         await client.wait_event("video.chunk_metadata")
-        client.send(
-            {"type": "session.interaction", "interaction": {"event_id": "e1", "event": {"prompt": "a blue sky"}}}
-        )
+        sharp = {"event_id": "e1", "event": {"prompt": "a blue sky"}, "transition_chunks": 0}
+        client.send({"type": "session.interaction", "interaction": sharp})
         queued = await client.wait_event(where=lambda e: e["type"] in ("session.interaction.queued", "error"))
         assert queued["type"] == "session.interaction.queued" and queued["event_id"] == "e1"
         mark = len(client.events)

@@ -17,20 +17,10 @@ from rtc_omni.client.peer import GenerateClient
 from rtc_omni.engines.vllm_omni import CODEC_FRAME_SAMPLES, OmniGenerateEngine, OmniUnderstandEngine
 
 from .conftest import ClientFactory, ServerFactory
-from .vllm_fakes import FakeDiffusionOmni, FakeDiffusionRuntime, FakeOmni, FakeTensor
+from .vllm_fakes import FakeChat, FakeDiffusionOmni, FakeDiffusionRuntime, FakeOmni, FakeSamplingParams, FakeTensor
 
-WORDS = "The camera shows a red wall and I hear a tone".split()
-
-
-class RecordingPreprocessor:
-    """Stands in for the chat service's preprocessing; keeps every chat request it was given."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-
-    async def __call__(self, request: dict[str, Any]) -> dict[str, Any]:
-        self.requests.append(request)
-        return {"prompt_token_ids": [1, 2, 3]}
+# " red" then " reddish": a delta that starts with the one before it must still arrive whole.
+WORDS = "The camera shows a red reddish wall and I hear a tone".split()
 
 
 def wav_samples(event: dict[str, Any]) -> np.ndarray:
@@ -39,18 +29,20 @@ def wav_samples(event: dict[str, Any]) -> np.ndarray:
         return np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2").astype(np.float32) / 32767
 
 
-async def understand_server(make_server: ServerFactory, omni: FakeOmni) -> tuple[Any, RecordingPreprocessor]:
-    preprocess = RecordingPreprocessor()
-    server = await make_server(engine=OmniUnderstandEngine(omni, preprocess))
-    return server, preprocess
+async def understand_server(make_server: ServerFactory, omni: FakeOmni) -> tuple[Any, FakeChat]:
+    chat = FakeChat()
+    server = await make_server(engine=OmniUnderstandEngine(omni, chat))
+    return server, chat
 
 
 async def test_text_and_audio_reach_the_peer_as_vllm_omni_produced_them(
     make_server: ServerFactory, make_client: ClientFactory
 ) -> None:
-    steps = [4 * 1920, 25 * 1920, 25 * 1920]  # ~4 codec frames (80 ms each) first, then ~25
-    omni = FakeOmni(WORDS, steps)
-    server, preprocess = await understand_server(make_server, omni)
+    # ~4 codec frames (80 ms each) first, then outputs carrying several talker steps each.
+    groups = [[4 * 1920], [25 * 1920, 960], [25 * 1920, 1920, 480]]
+    steps = [n for group in groups for n in group]
+    omni = FakeOmni(WORDS, groups)
+    server, chat = await understand_server(make_server, omni)
     sampling = [{"temperature": 0.2}, {"top_k": 10}, {}]
     client = await make_client(
         server,
@@ -69,25 +61,27 @@ async def test_text_and_audio_reach_the_peer_as_vllm_omni_produced_them(
 
     result = await client.ask("What do you see?")
 
-    # Text: cumulative outputs become deltas; words that came after audio began still arrive,
-    # and response.text.done carries the complete text.
+    # Text: DELTA outputs are passed on as they come; words that came after audio began still
+    # arrive, and response.text.done carries the complete text.
     assert result.text == " ".join(WORDS)
     done = next(e for e in result.events if e["type"] == "response.text.done")
     assert done["text"] == " ".join(WORDS)
     kinds = [e["type"] for e in result.events]
     assert kinds.index("response.audio.delta") < max(i for i, k in enumerate(kinds) if k == "response.text.delta")
-    # Audio: every engine sample arrives once, minus the 1920-sample leading edge of the turn.
+    # Audio: every engine sample arrives once and in order, minus the turn's 1920-sample leading edge.
     audio = np.concatenate([wav_samples(e) for e in result.events if e["type"] == "response.audio.delta"])
     assert audio.size == sum(steps) - CODEC_FRAME_SAMPLES
-    assert abs(audio[0] - CODEC_FRAME_SAMPLES / 1e6) < 2e-4 and abs(audio[-1] - (sum(steps) - 1) / 1e6) < 2e-4
-    assert FakeTensor.copies == len(steps)  # only new per-step tensors were copied off the "GPU"
+    expected = np.arange(CODEC_FRAME_SAMPLES, sum(steps)) / 1e6
+    assert np.abs(audio - expected).max() < 2e-4
+    assert FakeTensor.copies == len(steps)  # each per-step tensor left the "GPU" once
     assert client.recorder.voiced_frames(result.sent_at, result.done_at) == 0  # ramp audio is inaudible
-    # The request: forwarded sampling params, model, system prompt, frames as image parts named by
-    # the md5 of their JPEG, the buffered audio as a 16 kHz WAV part, then the text.
+    # The request: session.config's sampling params as the stages' objects, model, system prompt,
+    # frames as image parts named by the md5 of their JPEG, the mic as a 16 kHz WAV part, the text.
     kwargs = omni.generate_kwargs[0]
-    assert kwargs["sampling_params_list"] == sampling and kwargs["output_modalities"] == ["text", "audio"]
-    request = preprocess.requests[0]
-    assert request["model"] == "qwen3-omni" and request["sampling_params_list"] == sampling
+    assert kwargs["sampling_params_list"] == [FakeSamplingParams(values) for values in sampling]
+    assert kwargs["output_modalities"] == ["text", "audio"] and kwargs["prompt"] == {"prompt_token_ids": [1, 2, 3]}
+    request = chat.requests[0]
+    assert request["model"] == "qwen3-omni" and "sampling_params_list" not in request
     assert request["mm_processor_kwargs"] == {"use_audio_in_video": True}
     assert request["messages"][0] == {"role": "system", "content": "Be brief."}
     parts = request["messages"][-1]["content"]
@@ -100,15 +94,31 @@ async def test_text_and_audio_reach_the_peer_as_vllm_omni_produced_them(
     assert parts[-1] == {"type": "text", "text": "What do you see?"}
 
     second = await client.ask("And now?")
-    history = preprocess.requests[1]["messages"][1:3]
+    history = chat.requests[1]["messages"][1:3]
     assert history == [{"role": "user", "content": "What do you see?"}, {"role": "assistant", "content": result.text}]
     assert second.text == " ".join(WORDS)
+
+
+async def test_bad_sampling_params_fail_the_turn_with_vllm_omnis_message(
+    make_server: ServerFactory, make_client: ClientFactory
+) -> None:
+    omni = FakeOmni(WORDS, [])
+    server, _ = await understand_server(make_server, omni)
+    client = await make_client(
+        server, colour="red", tone=None, config={"modalities": ["text"], "sampling_params_list": [{"temprature": 1}]}
+    )
+    await client.wait_event("video.frame.ack")
+    failed = await client.ask("hello")
+    error = next(e for e in failed.events if e["type"] == "error")
+    assert error["message"] == "Query processing failed"
+    assert error["detail"].startswith("Failed to build request: SamplingParams got unexpected keyword arguments")
+    assert omni.generate_kwargs == []  # nothing reached the engine
 
 
 async def test_an_interrupted_request_is_aborted_before_the_next_and_a_finished_one_never(
     make_server: ServerFactory, make_client: ClientFactory
 ) -> None:
-    omni = FakeOmni(WORDS * 5, [960] * 40, step_delay=0.05)
+    omni = FakeOmni(WORDS * 5, [[960]] * 40, step_delay=0.05)
     server, _ = await understand_server(make_server, omni)
     client = await make_client(server, colour="red", tone=None, config={"modalities": ["text"]})
     await client.wait_event("video.frame.ack")
@@ -180,29 +190,36 @@ async def test_diffusion_chunks_play_in_order_at_the_peer(make_server: ServerFac
     assert omni.calls[0][1]["prompt"] == {"prompt": "a red kite"}
 
 
-async def test_interactions_reach_the_engine_and_errors_are_reported(make_server: ServerFactory) -> None:
-    omni = FakeDiffusionOmni(chunks=4, chunk_frames=8, delay=0.3)
+async def test_the_engines_own_chunk_reports_name_the_interactions(make_server: ServerFactory) -> None:
+    # The engine starts the change a chunk later than the earliest boundary: its report wins.
+    omni = FakeDiffusionOmni(chunks=6, chunk_frames=4, delay=0.3, streaming=True, late_by=2)
     server = await make_server(video_engine=OmniGenerateEngine(omni, FakeDiffusionRuntime()))
     client = GenerateClient(server.url)
     await client.connect()
     try:
-        await client.start(prompt="red", size="160x128", fps=30, num_frames=32)
+        await client.start(prompt="red", size="160x128", fps=30, num_frames=24)
         await client.wait_event("video.chunk_metadata")
-        client.send(
-            {
-                "type": "session.interaction",
-                "interaction": {"event_id": "e1", "event": {"prompt": "blue"}, "transition_chunks": 1},
-            }
-        )
+        client.send({"type": "session.interaction", "interaction": {"event_id": "e1", "event": {"prompt": "blue"}}})
         queued = await client.wait_event("session.interaction.queued")
         await client.wait_event("session.done", timeout=20)
     finally:
         await client.close()
-    assert queued["apply_from_chunk"] == 2
-    assert ("interaction", {"event": {"prompt": "blue"}, "transition_chunks": 1}) in omni.calls
+    # No transition_chunks: vLLM-Omni's default of 3 chunks is asked for explicitly.
+    assert ("interaction", {"event_id": "e1", "event": {"prompt": "blue"}, "transition_chunks": 3}) in omni.calls
+    chunks = [e for e in client.events if e["type"] == "video.chunk_metadata"]
+    reported = [
+        {k: c[k] for k in ("generation_chunk_index", "started_event_ids", "active_event_ids", "completed_event_ids")}
+        for c in chunks
+    ]
+    assert reported == omni.reports
+    started = next(c["generation_chunk_index"] for c in chunks if c["started_event_ids"] == ["e1"])
+    completed = next(c["generation_chunk_index"] for c in chunks if c["completed_event_ids"] == ["e1"])
+    assert started > queued["apply_from_chunk"] - 1 and completed == started + 2
 
-    wrong = FakeDiffusionRuntime(stage_types=["llm", "diffusion"])
-    server = await make_server(video_engine=OmniGenerateEngine(FakeDiffusionOmni(1, 4), wrong))
+
+async def test_a_pipeline_without_a_video_stage_is_refused(make_server: ServerFactory) -> None:
+    image_only = FakeDiffusionRuntime(video_output=False)
+    server = await make_server(video_engine=OmniGenerateEngine(FakeDiffusionOmni(1, 4), image_only))
     client = GenerateClient(server.url)
     await client.connect()
     try:
@@ -211,7 +228,7 @@ async def test_interactions_reach_the_engine_and_errors_are_reported(make_server
         done = await client.wait_event("session.done")
     finally:
         await client.close()
-    assert error["message"] == "Video generation only supports diffusion stages, found 'llm' stage."
+    assert error["message"] == "No final video output stage found in video generation pipeline."
     assert done["stopped"] is True and done["frames"] == 0
 
 
@@ -220,11 +237,11 @@ def test_the_leading_edge_is_cut_only_from_a_long_enough_first_block() -> None:
 
     short = AudioDrain()
     assert short.take(FakeTensor(np.ones((1, 3840), np.float32))).size == 3840  # not > 2 codec frames
+    assert short.take(FakeTensor(np.ones((1, 5000), np.float32))).size == 5000  # later blocks uncut
     long = AudioDrain()
-    first = FakeTensor(np.ones((1, 3841), np.float32))
-    assert long.take(first).size == 3841 - CODEC_FRAME_SAMPLES
-    assert long.take(first) is None  # the same single tensor again
-    assert long.take([first, FakeTensor(np.ones((1, 5000), np.float32))]).size == 5000  # later blocks uncut
+    assert long.take([]) is None and long.take(FakeTensor(np.ones((1, 0), np.float32))) is None
+    assert long.take([FakeTensor(np.ones((1, 3000), np.float32))] * 2).size == 6000 - CODEC_FRAME_SAMPLES
+    assert long.take(FakeTensor(np.ones((1, 3841), np.float32))).size == 3841
 
 
 def test_the_md5_uuid_names_the_jpeg_bytes() -> None:
@@ -243,3 +260,45 @@ def test_the_md5_uuid_names_the_jpeg_bytes() -> None:
     assert messages[-1]["content"][0]["uuid"] == hashlib.md5(b"jpeg-bytes").hexdigest()
     assert messages[:2] == [{"role": "user", "content": "a"}, {"role": "user", "content": "a"}]
     assert len(messages[-1]["content"]) == 1  # no audio part, no empty text part
+
+
+def test_the_settings_become_vllm_serves_command_line() -> None:
+    from rtc_omni.config import Settings
+    from rtc_omni.engines.vllm_runtime import serve_argv
+
+    settings = Settings(
+        engine="vllm",
+        model="Qwen/Qwen3-Omni-30B-A3B-Instruct",
+        deploy_config="qwen3_omni_moe.yaml",
+        stage_overrides='{"0": {"gpu_memory_utilization": 0.8}}',
+        engine_arg=["max_model_len=8192", "--enforce-eager", "async-chunk"],
+    )
+    assert serve_argv(settings) == [
+        "serve",
+        "Qwen/Qwen3-Omni-30B-A3B-Instruct",
+        "--omni",
+        "--deploy-config",
+        "qwen3_omni_moe.yaml",
+        "--stage-overrides",
+        '{"0": {"gpu_memory_utilization": 0.8}}',
+        "--max-model-len=8192",
+        "--enforce-eager",
+        "--async-chunk",
+    ]
+
+
+def test_serve_without_vllm_omni_exits_with_the_install_command() -> None:
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("vllm_omni") is not None:
+        pytest.skip("vllm-omni is installed here: the server would load the model")
+    done = subprocess.run(
+        [sys.executable, "-m", "rtc_omni", "serve", "--engine", "vllm", "--model", "Qwen/Qwen3-Omni-30B-A3B-Instruct"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "pip install 'rtc-omni[vllm]'" in done.stderr and "vLLM-Omni 0.30" in done.stderr

@@ -1,16 +1,23 @@
-"""Fakes of vLLM-Omni's object shapes (protocol section 3.7), for driving the vllm engines on CPU.
+"""Fakes of vLLM-Omni 0.30's object shapes, for driving the vllm engines on CPU.
 
-They reproduce what the engines read: OmniRequestOutput with `final_output_type`, `outputs[0]`
-carrying cumulative `text` or `multimodal_output["audio"]` (one tensor first, then a growing list
-of per-step tensors), diffusion outputs with `images` or `multimodal_output["video"]`, `error`;
-tensors with `.float().detach().cpu().numpy()`; and they record abort and interaction calls.
+What the engines read, as vLLM-Omni 0.30 produces it (tests/test_vllm_contract.py checks the same
+engines against the real classes where the package is installed):
+- AsyncOmni streams every stage as DELTA outputs. A text output's `outputs[0].text` is only the new
+  text; an audio output's `outputs[0].multimodal_output["audio"]` is only the new audio, one tensor
+  or a list of per-step tensors. `multimodal_output` is a Mapping that is not a dict
+  (MultimodalPayload).
+- Diffusion outputs carry `images` or a `multimodal_output` dict with "video", and a streaming
+  model adds `metadata.stream` with its chunk index and the interactions that started, were
+  active and completed in that chunk.
+- Failures come back as an output with `error` set.
+Tensors have `.float().detach().cpu().numpy()`; abort, interaction and parameter calls are recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -40,9 +47,25 @@ class FakeTensor:
         return self.values
 
 
+class FakePayload(Mapping[str, Any]):
+    """MultimodalPayload: a read-only Mapping over tensors, deliberately not a dict."""
+
+    def __init__(self, **tensors: Any) -> None:
+        self._tensors = tensors
+
+    def __getitem__(self, key: str) -> Any:
+        return self._tensors[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+
 @dataclass
 class FakeOutput:
-    """OmniRequestOutput's shape (since it inherits vLLM's RequestOutput)."""
+    """OmniRequestOutput's shape (it inherits vLLM's RequestOutput)."""
 
     request_id: str
     final_output_type: str
@@ -52,12 +75,12 @@ class FakeOutput:
     images: Any = None
 
 
-def text_output(request_id: str, cumulative: str) -> FakeOutput:
-    return FakeOutput(request_id, "text", [SimpleNamespace(text=cumulative, multimodal_output=None)])
+def text_output(request_id: str, delta: str) -> FakeOutput:
+    return FakeOutput(request_id, "text", [SimpleNamespace(text=delta, multimodal_output=None)])
 
 
 def audio_output(request_id: str, audio: Any) -> FakeOutput:
-    return FakeOutput(request_id, "audio", [SimpleNamespace(text="", multimodal_output={"audio": audio})])
+    return FakeOutput(request_id, "audio", [SimpleNamespace(text="", multimodal_output=FakePayload(audio=audio))])
 
 
 def ramp(start: int, count: int) -> np.ndarray:
@@ -67,10 +90,11 @@ def ramp(start: int, count: int) -> np.ndarray:
 
 @dataclass
 class FakeOmni:
-    """AsyncOmni for understanding: text grows word by word, audio steps append tensors."""
+    """AsyncOmni for understanding. Text comes word by word as deltas. Audio comes as groups of
+    talker steps: a group of one step is a single tensor, a larger group a list of per-step tensors."""
 
     words: list[str]
-    audio_steps: list[int]  # samples per talker step; the first output carries one tensor
+    audio_groups: list[list[int]]  # samples per talker step, grouped as the outputs carry them
     step_delay: float = 0.01
     calls: list[tuple[str, str, float]] = field(default_factory=list)  # (what, request_id, time)
     generate_kwargs: list[dict[str, Any]] = field(default_factory=list)
@@ -80,14 +104,13 @@ class FakeOmni:
         request_id = kwargs["request_id"]
         self.calls.append(("generate", request_id, time.monotonic()))
         self.generate_kwargs.append(kwargs)
-        text = ""
-        tensors: list[FakeTensor] = []
         position = 0
         # Text first, then audio interleaved with the rest of the text, like async chunking.
-        events: list[tuple[str, Any]] = [("text", w) for w in self.words[:3]]
-        rest = [("text", w) for w in self.words[3:]]
-        for steps in self.audio_steps:
-            events.append(("audio", steps))
+        deltas = [word if i == 0 else f" {word}" for i, word in enumerate(self.words)]
+        events: list[tuple[str, Any]] = [("text", d) for d in deltas[:3]]
+        rest = [("text", d) for d in deltas[3:]]
+        for group in self.audio_groups:
+            events.append(("audio", group))
             if rest:
                 events.append(rest.pop(0))
         events.extend(rest)
@@ -97,15 +120,42 @@ class FakeOmni:
                 yield FakeOutput(request_id, "text", [], error=self.fail_with)
                 return
             if kind == "text":
-                text = f"{text} {value}".strip()
-                yield text_output(request_id, text)
-            else:
-                tensors.append(FakeTensor(ramp(position, value)))
-                position += value
-                yield audio_output(request_id, tensors[0] if len(tensors) == 1 else list(tensors))
+                yield text_output(request_id, value)
+                continue
+            tensors = []
+            for steps in value:
+                tensors.append(FakeTensor(ramp(position, steps)))
+                position += steps
+            yield audio_output(request_id, tensors[0] if len(tensors) == 1 else tensors)
 
     async def abort(self, request_id: str) -> None:
         self.calls.append(("abort", request_id, time.monotonic()))
+
+
+@dataclass
+class FakeSamplingParams:
+    """vLLM's SamplingParams as the chat service builds it from a dict, streaming."""
+
+    values: dict[str, Any]
+    output_kind: str = "DELTA"
+
+
+class FakeChat:
+    """The chat service: keeps every chat request; turns per-stage dicts into parameter objects."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+
+    async def engine_prompt(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.requests.append(request)
+        return {"prompt_token_ids": [1, 2, 3]}
+
+    def sampling_params(self, per_stage: list[dict[str, Any]]) -> list[Any]:
+        for values in per_stage:
+            unknown = set(values) - {"temperature", "top_k", "top_p", "max_tokens", "repetition_penalty"}
+            if unknown:
+                raise TypeError(f"SamplingParams got unexpected keyword arguments {sorted(unknown)}")
+        return [FakeSamplingParams(dict(values)) for values in per_stage]
 
 
 @dataclass
@@ -127,7 +177,7 @@ class FakeDiffusionParams:
 
 @dataclass
 class FakeDiffusionRuntime:
-    stage_types: list[str] = field(default_factory=lambda: ["diffusion"])
+    video_output: bool = True
     built: list[Any] = field(default_factory=list)
 
     def default_params(self) -> FakeDiffusionParams:
@@ -140,19 +190,37 @@ class FakeDiffusionRuntime:
     def lora(self, lora: dict[str, Any]) -> tuple[Any, float | None]:
         return f"lora:{lora.get('name')}", lora.get("scale")
 
-    def interaction(self, prompt: str, transition_chunks: int) -> Any:
-        return {"event": {"prompt": prompt}, "transition_chunks": transition_chunks}
+    def interaction(self, event_id: str, prompt: str, transition_chunks: int) -> dict[str, Any]:
+        return {"event_id": event_id, "event": {"prompt": prompt}, "transition_chunks": transition_chunks}
+
+
+@dataclass
+class _PromptEvent:
+    event_id: str
+    transition_chunks: int
+    elapsed: int = 0
 
 
 @dataclass
 class FakeDiffusionOmni:
-    """AsyncOmni for a streaming diffusion model: one output per chunk, frames in a chosen shape."""
+    """AsyncOmni for a streaming diffusion model: one output per chunk, frames in a chosen shape.
+
+    With `streaming`, each output reports its chunk the way vLLM-Omni's prompt interactions do:
+    an interaction submitted while a chunk is being made starts at the boundary `late_by` chunks
+    later (1 is the next chunk, the earliest), is active for `transition_chunks` chunks (one when
+    0) and completes in the last of them.
+    """
 
     chunks: int
     chunk_frames: int
     shape: str = "float_signed_5d"
     delay: float = 0.05
+    streaming: bool = False
+    late_by: int = 1
     calls: list[tuple[str, Any]] = field(default_factory=list)
+    reports: list[dict[str, Any]] = field(default_factory=list)
+    _pending: list[tuple[int, _PromptEvent]] = field(default_factory=list)
+    _making: int = 0
 
     def _frames(self, first: int, width: int, height: int) -> Any:
         from rtc_omni.media import blockcode
@@ -169,19 +237,50 @@ class FakeDiffusionOmni:
             return list(frames)
         raise ValueError(self.shape)
 
+    def _boundary(self, chunk: int, active: list[_PromptEvent]) -> dict[str, Any]:
+        """The stream report of `chunk`: advance running transitions, start the due ones."""
+        started, running, completed = [], [], []
+        for event in list(active):
+            event.elapsed += 1
+            running.append(event.event_id)
+        for due, event in [p for p in self._pending if p[0] == chunk]:
+            self._pending.remove((due, event))
+            event.elapsed = 1
+            active.append(event)
+            started.append(event.event_id)
+            running.append(event.event_id)
+        for event in list(active):
+            if event.elapsed >= max(event.transition_chunks, 1):
+                active.remove(event)
+                completed.append(event.event_id)
+        report = {
+            "generation_chunk_index": chunk,
+            "started_event_ids": started,
+            "active_event_ids": running,
+            "completed_event_ids": completed,
+        }
+        self.reports.append(report)
+        return report
+
     async def generate(self, **kwargs: Any) -> AsyncIterator[Any]:
         self.calls.append(("generate", kwargs))
         params = kwargs["sampling_params_list"][0]
+        active: list[_PromptEvent] = []
         for chunk in range(self.chunks):
+            self._making = chunk
+            report = self._boundary(chunk, active)
             await asyncio.sleep(self.delay)
             frames = self._frames(chunk * self.chunk_frames, params.width, params.height)
+            mm: dict[str, Any] = {"metadata": {"stream": report}} if self.streaming else {}
             if self.shape == "list_of_frames":
-                yield SimpleNamespace(images=None, multimodal_output={"video": frames}, error=None)
+                yield SimpleNamespace(images=[], multimodal_output={**mm, "video": frames}, error=None)
             else:
-                yield SimpleNamespace(images=[frames], error=None)
+                yield SimpleNamespace(images=[frames], multimodal_output=mm, error=None)
 
     async def abort(self, request_id: str) -> None:
         self.calls.append(("abort", request_id))
 
     async def submit_interaction_async(self, request_id: str, *, interaction: Any) -> None:
         self.calls.append(("interaction", interaction))
+        event = _PromptEvent(interaction["event_id"], interaction.get("transition_chunks", 3))
+        self._pending.append((self._making + self.late_by, event))

@@ -100,11 +100,25 @@ class GenerateRequest:
 
 
 @dataclass(frozen=True)
+class ChunkEvents:
+    """The interactions that started, were active during, and completed with one chunk, as the
+    engine that applied them reports it (vLLM-Omni's stream metadata)."""
+
+    started: list[str] = field(default_factory=list)
+    active: list[str] = field(default_factory=list)
+    completed: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class VideoChunk:
-    """One engine output: frames in any form media/frames.py normalises, and its chunk index."""
+    """One engine output: frames in any form media/frames.py normalises, and its chunk index.
+
+    `events` is set by engines that report how their interactions progressed; for the others the
+    session derives it from the chunk each interaction was scheduled for."""
 
     frames: Any
     chunk_index: int
+    events: ChunkEvents | None = None
 
 
 class GenerateEngine(Protocol):
@@ -116,8 +130,10 @@ class GenerateEngine(Protocol):
         """Yield chunks in order until the requested frames are produced."""
         ...
 
-    async def interact(self, request_id: str, prompt: str, transition_chunks: int = 0) -> int:
-        """Change the prompt of a running generation; returns the first chunk index it applies to."""
+    async def interact(self, request_id: str, event_id: str, prompt: str, transition_chunks: int = 0) -> int:
+        """Change the prompt of a running generation; returns the first chunk index it applies to.
+
+        `event_id` names the change in the engine's own chunk reports (`VideoChunk.events`)."""
         ...
 
     async def abort(self, request_id: str) -> None: ...

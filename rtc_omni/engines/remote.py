@@ -16,7 +16,6 @@ import asyncio
 import base64
 import io
 import json
-import uuid
 import wave
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from ..protocol import understand as understand_proto
 from .base import (
     TALKER_SAMPLE_RATE,
     AudioChunk,
+    ChunkEvents,
     EngineError,
     GenerateRequest,
     TextDelta,
@@ -160,6 +160,7 @@ class RemoteUnderstandEngine:
 class _RemoteGeneration:
     ws: aiohttp.ClientWebSocketResponse
     chunk_index: int = 0
+    events: ChunkEvents | None = None  # the upstream's report for the chunk it is sending
     interactions: dict[str, asyncio.Future[int]] = field(default_factory=dict)
 
 
@@ -195,6 +196,11 @@ class RemoteGenerateEngine:
         kind = event.get("type")
         if kind == "video.chunk_metadata" and event.get("kind", "media") == "media":
             generation.chunk_index = int(event.get("generation_chunk_index", generation.chunk_index))
+            generation.events = ChunkEvents(
+                started=list(event.get("started_event_ids", [])),
+                active=list(event.get("active_event_ids", [])),
+                completed=list(event.get("completed_event_ids", [])),
+            )
         elif kind == "session.interaction.queued":
             future = generation.interactions.pop(event.get("event_id", ""), None)
             if future is not None and not future.done():
@@ -221,17 +227,16 @@ class RemoteGenerateEngine:
                         continue
                     frames = await asyncio.to_thread(decoder.decode, message)
                     if frames:
-                        yield VideoChunk(frames=frames, chunk_index=generation.chunk_index)
+                        yield VideoChunk(frames=frames, chunk_index=generation.chunk_index, events=generation.events)
             finally:
                 self._running.pop(request.request_id, None)
                 for future in generation.interactions.values():
                     future.cancel()
 
-    async def interact(self, request_id: str, prompt: str, transition_chunks: int = 0) -> int:
+    async def interact(self, request_id: str, event_id: str, prompt: str, transition_chunks: int = 0) -> int:
         generation = self._running.get(request_id)
         if generation is None:
             raise ValueError(f"no running generation {request_id}")
-        event_id = f"evt-{uuid.uuid4().hex[:12]}"
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         generation.interactions[event_id] = future
         interaction = {"event_id": event_id, "event": {"prompt": prompt}, "transition_chunks": transition_chunks}

@@ -63,7 +63,7 @@ def render_chunk(
 @dataclass
 class _Transition:
     start_chunk: int
-    chunks: int  # extra chunks over which the colour blends into the new one
+    chunks: int  # the colour blends into the new one over this many chunks (at once when 0)
     target: tuple[int, int, int]
 
 
@@ -79,7 +79,7 @@ class _Generation:
         for t in sorted(self.transitions, key=lambda t: t.start_chunk):
             if chunk < t.start_chunk:
                 break
-            weight = min(1.0, (chunk - t.start_chunk + 1) / (t.chunks + 1))
+            weight = min(1.0, (chunk - t.start_chunk + 1) / max(t.chunks, 1))
             colour = tuple(round(a + (b - a) * weight) for a, b in zip(colour, t.target))  # type: ignore[assignment]
             if weight >= 1.0:
                 self.colour = colour
@@ -120,7 +120,7 @@ class SyntheticVideoEngine:
         finally:
             self._running.pop(request.request_id, None)
 
-    async def interact(self, request_id: str, prompt: str, transition_chunks: int = 0) -> int:
+    async def interact(self, request_id: str, event_id: str, prompt: str, transition_chunks: int = 0) -> int:
         state = self._running.get(request_id)
         if state is None:
             raise ValueError(f"no running generation {request_id}")

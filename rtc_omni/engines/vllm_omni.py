@@ -4,10 +4,11 @@ This module holds the logic and is tested on CPU with fakes of vLLM-Omni's objec
 never imports vllm, vllm-omni or torch. `vllm_runtime.py` builds the real AsyncOmni and the chat
 preprocessing on a GPU machine and hands them in.
 
-Understanding follows vLLM-Omni's Qwen-Omni pipeline hooks (prompt shape, cumulative text, audio
-drained chunk by chunk, the 1920-sample leading edge cut from a turn's first audio) with one
-deliberate difference: `sampling_params_list` from session.config reaches `generate()`.
-Generation builds the diffusion sampling parameters as vLLM-Omni's streaming handler does.
+Written against vLLM-Omni 0.30, whose AsyncOmni streams every stage as DELTA outputs: each text
+output carries only the new text and each audio output only the tensors produced since the last
+one. Understanding follows its Qwen-Omni handler (prompt shape, the per-stage sampling parameters
+of session.config, the 1920-sample leading edge cut from a turn's first audio); generation builds
+the diffusion sampling parameters, interactions and chunk reports as its streaming video handler.
 """
 
 from __future__ import annotations
@@ -15,14 +16,23 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import numpy as np
 from PIL import Image
 
 from ..media.wav import wav_base64
-from .base import AudioChunk, GenerateRequest, TextDelta, UnderstandOutput, UnderstandTurn, VideoChunk
+from .base import (
+    AudioChunk,
+    ChunkEvents,
+    EngineError,
+    GenerateRequest,
+    TextDelta,
+    UnderstandOutput,
+    UnderstandTurn,
+    VideoChunk,
+)
 
 CODEC_FRAME_SAMPLES = 1920  # the talker's causal-convolution leading edge (80 ms at 24 kHz)
 HISTORY_MESSAGES = 2  # the Qwen handler replays the last two history entries, as text
@@ -37,7 +47,16 @@ class OmniClient(Protocol):
     async def abort(self, request_id: str) -> None: ...
 
 
-ChatPreprocessor = Callable[[dict[str, Any]], Awaitable[Any]]
+class ChatRuntime(Protocol):
+    """vLLM-Omni's chat service, as far as understanding needs it; injected so that tests can fake it."""
+
+    async def engine_prompt(self, request: dict[str, Any]) -> Any:
+        """The chat request through the chat template and multimodal loading: one engine prompt."""
+        ...
+
+    def sampling_params(self, per_stage: list[dict[str, Any]]) -> list[Any]:
+        """session.config's per-stage dicts as the stages' parameter objects, streaming (DELTA)."""
+        ...
 
 
 async def shut_down(client: Any) -> None:
@@ -96,18 +115,13 @@ def chat_request(turn: UnderstandTurn) -> dict[str, Any]:
     }
     if turn.use_audio_in_video and turn.audio_pcm16:
         request["mm_processor_kwargs"] = {"use_audio_in_video": True}
-    if turn.sampling_params_list:
-        request["sampling_params_list"] = turn.sampling_params_list
     return request
 
 
 def first_completion(output: Any) -> Any:
-    """outputs[0] of an OmniRequestOutput, in its current shape or the older request_output one."""
-    for holder in (output, getattr(output, "request_output", None)):
-        outputs = getattr(holder, "outputs", None)
-        if isinstance(outputs, list) and outputs:
-            return outputs[0]
-    return None
+    """outputs[0] of an OmniRequestOutput (which is a vLLM RequestOutput), or None."""
+    outputs = getattr(output, "outputs", None)
+    return outputs[0] if isinstance(outputs, list) and outputs else None
 
 
 def to_numpy(tensor: Any) -> np.ndarray:
@@ -120,30 +134,21 @@ def to_numpy(tensor: Any) -> np.ndarray:
 
 
 class AudioDrain:
-    """Takes only the audio a turn has not seen yet from the talker's growing output.
+    """Turns the talker's DELTA audio outputs into sample blocks.
 
-    The first audio output carries one tensor; later ones a list of per-step tensors whose first
-    element is that tensor. Only the new tensors are converted (they alone leave the GPU).
+    Each output's `multimodal_output["audio"]` holds only what the talker produced since the last
+    output: one tensor, or a list of per-step tensors. All of it is new, so each tensor leaves the
+    GPU exactly once. The turn's first block loses the codec's leading edge.
     """
 
     def __init__(self) -> None:
-        self.drained = 0
         self.emitted_any = False
 
     def take(self, audio: Any) -> np.ndarray | None:
-        if audio is None:
+        tensors = audio if isinstance(audio, list) else [] if audio is None else [audio]
+        if not tensors:
             return None
-        if isinstance(audio, list):
-            fresh = audio[self.drained :]
-            self.drained = max(self.drained, len(audio))
-            if not fresh:
-                return None
-            samples = np.concatenate([to_numpy(t) for t in fresh])
-        else:
-            if self.drained >= 1:  # the same single tensor again
-                return None
-            self.drained = 1
-            samples = to_numpy(audio)
+        samples = np.concatenate([to_numpy(t) for t in tensors])
         if not self.emitted_any and samples.size > 2 * CODEC_FRAME_SAMPLES:
             samples = samples[CODEC_FRAME_SAMPLES:]
         if samples.size == 0:
@@ -157,22 +162,27 @@ class OmniUnderstandEngine:
 
     name = "vllm"
 
-    def __init__(self, client: OmniClient, preprocess: ChatPreprocessor) -> None:
+    def __init__(self, client: OmniClient, chat: ChatRuntime) -> None:
         self.client = client
-        self.preprocess = preprocess
+        self.chat = chat
+
+    async def _request(self, turn: UnderstandTurn) -> dict[str, Any]:
+        """generate()'s arguments, with vLLM-Omni's error strings for what the client got wrong."""
+        kwargs: dict[str, Any] = {"request_id": turn.request_id, "output_modalities": list(turn.modalities)}
+        try:
+            if turn.sampling_params_list:
+                kwargs["sampling_params_list"] = self.chat.sampling_params(turn.sampling_params_list)
+        except Exception as exc:
+            raise EngineError(f"Failed to build request: {exc}") from exc
+        try:
+            kwargs["prompt"] = await self.chat.engine_prompt(chat_request(turn))
+        except Exception as exc:
+            raise EngineError(f"Preprocess failed: {exc}") from exc
+        return kwargs
 
     async def generate(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:
-        prompt = await self.preprocess(chat_request(turn))
-        kwargs: dict[str, Any] = {
-            "prompt": prompt,
-            "request_id": turn.request_id,
-            "output_modalities": list(turn.modalities),
-        }
-        if turn.sampling_params_list:
-            kwargs["sampling_params_list"] = turn.sampling_params_list
-        previous_text = ""
         audio = AudioDrain()
-        async for output in self.client.generate(**kwargs):
+        async for output in self.client.generate(**await self._request(turn)):
             if error := getattr(output, "error", None):
                 raise RuntimeError(str(error))
             completion = first_completion(output)
@@ -183,14 +193,8 @@ class OmniUnderstandEngine:
                 samples = audio.take(mm.get("audio") if isinstance(mm, Mapping) else None)
                 if samples is not None:
                     yield AudioChunk(samples)
-                continue
-            text = getattr(completion, "text", None)
-            if isinstance(text, str) and text:
-                # Cumulative text: the delta is the new suffix, or all of it if it does not extend.
-                delta = text[len(previous_text) :] if text.startswith(previous_text) else text
-                previous_text = text
-                if delta:
-                    yield TextDelta(delta)
+            elif isinstance(text := getattr(completion, "text", None), str) and text:
+                yield TextDelta(text)
 
     async def abort(self, request_id: str) -> None:
         await self.client.abort(request_id)
@@ -203,27 +207,28 @@ class OmniUnderstandEngine:
 # ----------------------------------------------------------------------------- generation
 
 
-def video_outputs(result: Any) -> Any:
-    """The videos of one diffusion output: `images`, the older request_output, or multimodal 'video'."""
-    if getattr(result, "images", None):
-        return result.images
-    request_output = getattr(result, "request_output", None)
-    if isinstance(request_output, dict) and request_output.get("images"):
-        return request_output["images"]
-    if request_output is not None and not isinstance(request_output, dict):
-        if getattr(request_output, "images", None):
-            return request_output.images
-        mm = getattr(request_output, "multimodal_output", None)
-        if mm:
-            return mm.get("video")
+def _multimodal(result: Any) -> Mapping[str, Any]:
     mm = getattr(result, "multimodal_output", None)
-    return mm.get("video") if mm else None
+    return mm if isinstance(mm, Mapping) else {}
+
+
+def video_outputs(result: Any) -> Any:
+    """The videos of one diffusion output: its `images`, else its multimodal 'video'."""
+    images = getattr(result, "images", None)
+    return images if images else _multimodal(result).get("video")
+
+
+def stream_report(result: Any) -> Mapping[str, Any]:
+    """The chunk report a streaming diffusion model attaches: multimodal_output.metadata.stream."""
+    metadata = _multimodal(result).get("metadata")
+    stream = metadata.get("stream") if isinstance(metadata, Mapping) else None
+    return stream if isinstance(stream, Mapping) else {}
 
 
 class DiffusionRuntime(Protocol):
     """vLLM-Omni's pieces the generation engine needs, injected so that tests can fake them."""
 
-    stage_types: list[str]
+    video_output: bool  # the pipeline ends in a video stage (vLLM-Omni's is_video_generation_pipeline)
 
     def default_params(self) -> Any:
         """A fresh OmniDiffusionSamplingParams, or a deep copy of the engine's default one."""
@@ -237,7 +242,7 @@ class DiffusionRuntime(Protocol):
         """vLLM-Omni's parse_lora_request."""
         ...
 
-    def interaction(self, prompt: str, transition_chunks: int) -> Any:
+    def interaction(self, event_id: str, prompt: str, transition_chunks: int) -> Any:
         """An OmniInteractionPrompt."""
         ...
 
@@ -265,6 +270,22 @@ def diffusion_params(runtime: DiffusionRuntime, request: GenerateRequest) -> Any
     return params
 
 
+def chunk_of(videos: Any, count: int, report: Mapping[str, Any]) -> VideoChunk:
+    """A chunk numbered and annotated as the model reported it, or by arrival when it did not."""
+    index = report.get("generation_chunk_index")
+    if not report:
+        return VideoChunk(frames=videos, chunk_index=count)
+    return VideoChunk(
+        frames=videos,
+        chunk_index=index if isinstance(index, int) else count,
+        events=ChunkEvents(
+            started=list(report.get("started_event_ids") or []),
+            active=list(report.get("active_event_ids") or []),
+            completed=list(report.get("completed_event_ids") or []),
+        ),
+    )
+
+
 class OmniGenerateEngine:
     """Streams video from a diffusion-only vLLM-Omni model (Helios streams chunk by chunk)."""
 
@@ -276,9 +297,8 @@ class OmniGenerateEngine:
         self._chunks_yielded: dict[str, int] = {}
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[VideoChunk]:
-        for stage_type in self.runtime.stage_types:
-            if stage_type != "diffusion":
-                raise RuntimeError(f"Video generation only supports diffusion stages, found '{stage_type}' stage.")
+        if not self.runtime.video_output:
+            raise RuntimeError("No final video output stage found in video generation pipeline.")
         prompt: dict[str, Any] = {"prompt": request.prompt}
         if request.negative_prompt is not None:
             prompt["negative_prompt"] = request.negative_prompt
@@ -292,19 +312,19 @@ class OmniGenerateEngine:
                 videos = video_outputs(output)
                 if videos is None:
                     raise RuntimeError("No video outputs found in generation result.")
-                index = self._chunks_yielded[request.request_id]
-                self._chunks_yielded[request.request_id] = index + 1
-                yield VideoChunk(frames=videos, chunk_index=index)
+                count = self._chunks_yielded[request.request_id]
+                self._chunks_yielded[request.request_id] = count + 1
+                yield chunk_of(videos, count, stream_report(output))
         finally:
             self._chunks_yielded.pop(request.request_id, None)
 
-    async def interact(self, request_id: str, prompt: str, transition_chunks: int = 0) -> int:
+    async def interact(self, request_id: str, event_id: str, prompt: str, transition_chunks: int = 0) -> int:
         if request_id not in self._chunks_yielded:
             raise ValueError(f"no running generation {request_id}")
         submit = getattr(self.client, "submit_interaction_async", None)
         if submit is None:
             raise ValueError("this engine does not take interactions")
-        await submit(request_id, interaction=self.runtime.interaction(prompt, transition_chunks))
+        await submit(request_id, interaction=self.runtime.interaction(event_id, prompt, transition_chunks))
         # vLLM-Omni applies it at the next chunk boundary: the chunk after the one in progress.
         return self._chunks_yielded[request_id] + 1
 

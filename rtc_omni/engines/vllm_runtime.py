@@ -1,23 +1,31 @@
-"""Build the vLLM-Omni engines in-process (`--engine vllm`): AsyncOmni plus its chat preprocessing.
+"""Build the vLLM-Omni engines in-process (`--engine vllm`), exactly as `vllm serve --omni` builds them.
 
-Imported only when `--engine vllm` is chosen: vllm, vllm-omni and torch are never needed by the
-base install, the tests or CI. Written against vllm-omni 0.30's API; it needs a CUDA GPU and model
-weights, so it is exercised by `benchmarks/vllm_smoke.py` on such a machine, not by the test suite
-(which drives engines/vllm_omni.py through fakes of the same object shapes).
+The settings become a `vllm serve MODEL --omni ...` command line, parsed by vLLM-Omni's own parser
+so that every engine argument means what it means there. vLLM-Omni's `build_async_omni` makes the
+AsyncOmni, and its `omni_init_app_state` makes the chat service and decides, as its API server does,
+which kind of session the model serves: a pipeline of one diffusion stage generates video, anything
+else answers turns.
+
+Imported only when `--engine vllm` is chosen; vllm, vllm-omni and torch are imported inside the
+functions, so the base install, the tests and CI never need them. Written against vllm-omni 0.30.
+The parts that need no GPU are checked against the real package by tests/test_vllm_contract.py; the
+rest runs on a GPU machine through benchmarks/vllm_smoke.py.
 """
 
 from __future__ import annotations
 
-import copy
-import json
+import importlib.metadata
+from contextlib import AsyncExitStack
+from types import SimpleNamespace
 from typing import Any
 
 from ..config import Settings
 from .vllm_omni import OmniGenerateEngine, OmniUnderstandEngine
 
+SUPPORTED_SERIES = "0.30"
 INSTALL_HINT = (
-    "--engine vllm needs vLLM-Omni and a CUDA GPU: pip install 'rtc-omni[vllm]' "
-    "(Linux, Python 3.11-3.13; vllm and vllm-omni of the same major.minor)"
+    "--engine vllm needs vLLM-Omni 0.30 and a CUDA GPU: pip install 'rtc-omni[vllm]' "
+    "(Linux, Python 3.11-3.13; it installs vllm-omni 0.30.0 with vllm 0.30.x)"
 )
 
 
@@ -25,49 +33,117 @@ class EngineUnavailable(RuntimeError):
     """The engine cannot be built here; the message says what to install or change."""
 
 
-def _engine_kwargs(settings: Settings) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {}
+def serve_argv(settings: Settings) -> list[str]:
+    """The `vllm serve` command line for the settings: the model, `--omni`, the deploy config, the
+    stage overrides, then each `--engine-arg` as a flag (`KEY=VALUE` gives `--KEY=VALUE`, a bare
+    `KEY` gives `--KEY`; underscores may stand for dashes)."""
+    argv = ["serve", settings.model, "--omni"]
     if settings.deploy_config:
-        kwargs["deploy_config"] = settings.deploy_config
+        argv += ["--deploy-config", settings.deploy_config]
     if settings.stage_overrides:
-        kwargs["stage_overrides"] = json.loads(settings.stage_overrides)
+        argv += ["--stage-overrides", settings.stage_overrides]
     for arg in settings.engine_arg:
-        key, _, raw = arg.partition("=")
-        try:
-            value: Any = json.loads(raw)
-        except ValueError:
-            value = raw
-        kwargs[key.strip().lstrip("-").replace("-", "_")] = value
-    return kwargs
+        key, equals, value = arg.partition("=")
+        flag = "--" + key.strip().lstrip("-").replace("_", "-")
+        argv.append(f"{flag}={value}" if equals else flag)
+    return argv
 
 
-class _DiffusionRuntime:
-    """vLLM-Omni's parameter helpers for the generation engine."""
+def installed_version() -> str:
+    """vllm-omni's version, after checking that it is the series this module was written for."""
+    try:
+        version = importlib.metadata.version("vllm-omni")
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise EngineUnavailable(INSTALL_HINT) from exc
+    if version != SUPPORTED_SERIES and not version.startswith(SUPPORTED_SERIES + "."):
+        raise EngineUnavailable(f"vllm-omni {version} is installed; {INSTALL_HINT}")
+    return version
 
-    def __init__(self, omni: Any, stage_types: list[str]) -> None:
-        from vllm_omni.entrypoints.openai.stage_params import get_default_sampling_params_list
+
+def parse_serve_args(argv: list[str]) -> Any:
+    """vLLM-Omni's `serve` parser and validation applied to `argv`: a TrackingNamespace."""
+    from vllm_omni.entrypoints.cli.serve import OmniServeCommand, _ensure_vllm_platform
+    from vllm_omni.utils.tracking_parser import TrackingArgumentParser
+
+    _ensure_vllm_platform()  # as vLLM-Omni's CLI does before building the parser
+    parser = TrackingArgumentParser(prog="rtc-omni serve --engine vllm")
+    command = OmniServeCommand()
+    command.subparser_init(parser.add_subparsers(dest="subparser", required=True))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse has printed why
+        raise EngineUnavailable(f"vLLM-Omni did not accept the engine arguments {argv[1:]}") from exc
+    if getattr(args, "model_tag", None) is not None:
+        args.model = args.model_tag  # what OmniServeCommand.cmd does before serving
+    try:
+        command.validate(args)
+    except ValueError as exc:
+        raise EngineUnavailable(str(exc)) from exc
+    return args
+
+
+class ChatService:
+    """vLLM-Omni's chat service reduced to what a turn needs, called as its video-chat handler calls it."""
+
+    def __init__(self, chat: Any) -> None:
+        self.chat = chat
+
+    async def engine_prompt(self, request: dict[str, Any]) -> Any:
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+        chat_request = ChatCompletionRequest(**request)
+        _conversation, prompts = await self.chat._preprocess_chat(
+            chat_request,
+            chat_request.messages,
+            default_template=getattr(chat_request, "chat_template", None) or self.chat.chat_template,
+            default_template_content_format=self.chat.chat_template_content_format,
+            renderer=self.chat.renderer,
+            add_generation_prompt=chat_request.add_generation_prompt,
+            continue_final_message=chat_request.continue_final_message,
+            add_special_tokens=chat_request.add_special_tokens,
+        )
+        return prompts[0]
+
+    def sampling_params(self, per_stage: list[dict[str, Any]]) -> list[Any]:
+        from vllm_omni.entrypoints.utils import coerce_param_message_types
+
+        # Explicit parameters keep the streaming (DELTA) outputs the engine's defaults get.
+        params: list[Any] = coerce_param_message_types(self.chat._to_sampling_params_list(per_stage), is_streaming=True)
+        return params
+
+
+class DiffusionParams:
+    """vLLM-Omni's parameter helpers for the generation engine, as its streaming video handler uses them."""
+
+    def __init__(self, omni: Any) -> None:
+        from vllm_omni.entrypoints.openai.utils import is_video_generation_pipeline
 
         self.omni = omni
-        self.stage_types = stage_types
-        self._defaults = get_default_sampling_params_list(omni)
+        self.video_output = is_video_generation_pipeline(list(omni.stage_configs))
 
     def default_params(self) -> Any:
+        import copy
+
         from vllm_omni.inputs.data import OmniDiffusionSamplingParams
 
-        for params in getattr(self.omni, "default_sampling_params_list", None) or []:
+        for params in self.omni.default_sampling_params_list:
             if isinstance(params, OmniDiffusionSamplingParams):
                 return copy.deepcopy(params)
         return OmniDiffusionSamplingParams()
 
     def stage_params(self, diffusion_params: Any) -> list[Any]:
-        from vllm_omni.entrypoints.openai.stage_params import build_stage_sampling_params_list
+        from vllm_omni.entrypoints.openai.stage_params import (
+            build_stage_sampling_params_list,
+            get_default_sampling_params_list,
+        )
 
-        return build_stage_sampling_params_list(
+        params: list[Any] = build_stage_sampling_params_list(
             list(self.omni.stage_configs),
-            self._defaults,
+            get_default_sampling_params_list(self.omni),
             diffusion_params=diffusion_params,
             replace_diffusion_params=True,
         )
+        return params
 
     def lora(self, lora: dict[str, Any]) -> tuple[Any, float | None]:
         from vllm_omni.entrypoints.openai.utils import parse_lora_request
@@ -75,52 +151,53 @@ class _DiffusionRuntime:
         result: tuple[Any, float | None] = parse_lora_request(lora)
         return result
 
-    def interaction(self, prompt: str, transition_chunks: int) -> Any:
-        from vllm_omni.inputs.data import OmniInteractionPrompt
+    def interaction(self, event_id: str, prompt: str, transition_chunks: int) -> dict[str, Any]:
+        """An OmniInteractionPrompt."""
+        return {"event_id": event_id, "event": {"prompt": prompt}, "transition_chunks": transition_chunks}
 
-        return OmniInteractionPrompt(event={"prompt": prompt}, transition_chunks=transition_chunks)
 
+class ServedOmni:
+    """AsyncOmni inside the context that built it; `shutdown()` releases what vLLM-Omni's server
+    releases when it stops (the video and speech services, then AsyncOmni itself)."""
 
-async def _chat_preprocessor(omni: Any, settings: Settings) -> Any:
-    """vLLM-Omni's chat service, as its API server builds it, reduced to "request -> engine prompt"."""
-    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
-    from vllm.entrypoints.openai.models.serving import BaseModelPath, OpenAIServingModels
-    from vllm_omni.entrypoints.openai.serving_chat import OmniOpenAIServingChat
+    def __init__(self, omni: Any, state: Any, stack: AsyncExitStack) -> None:
+        self.omni = omni
+        self.state = state
+        self.stack = stack
 
-    models = OpenAIServingModels(
-        engine_client=omni, base_model_paths=[BaseModelPath(name=settings.model, model_path=settings.model)]
-    )
-    chat = OmniOpenAIServingChat(
-        omni, models, "assistant", request_logger=None, chat_template=None, chat_template_content_format="auto"
-    )
+    def __getattr__(self, name: str) -> Any:  # generate, abort, submit_interaction_async, ...
+        return getattr(self.omni, name)
 
-    async def preprocess(request: dict[str, Any]) -> Any:
-        chat_request = ChatCompletionRequest(**request)
-        _conversation, prompts = await chat._preprocess_chat(
-            chat_request,
-            chat_request.messages,
-            default_template=chat.chat_template,
-            default_template_content_format=chat.chat_template_content_format,
-            renderer=chat.renderer,
-            add_generation_prompt=chat_request.add_generation_prompt,
-            continue_final_message=chat_request.continue_final_message,
-            add_special_tokens=chat_request.add_special_tokens,
-        )
-        return prompts[0]
-
-    return preprocess
+    async def shutdown(self) -> None:
+        for service in ("openai_serving_video", "openai_serving_speech"):
+            if (served := getattr(self.state, service, None)) is not None:
+                served.shutdown()
+        await self.stack.aclose()
 
 
 async def build_vllm_engines(settings: Settings) -> tuple[OmniUnderstandEngine | None, OmniGenerateEngine | None]:
-    """AsyncOmni for `settings.model`, serving the one kind its stages support, as vLLM-Omni's
-    server decides: diffusion-only stages generate, anything else understands."""
+    """AsyncOmni for `settings.model` and the engine for the one session kind it serves."""
+    installed_version()
     try:
-        from vllm_omni.entrypoints.async_omni import AsyncOmni
-        from vllm_omni.entrypoints.openai.utils import get_stage_type
+        from vllm_omni.entrypoints.openai.api_server import build_async_omni, omni_init_app_state
     except ImportError as exc:
         raise EngineUnavailable(f"{INSTALL_HINT} ({exc})") from exc
-    omni = AsyncOmni(model=settings.model, **_engine_kwargs(settings))
-    stage_types = [str(get_stage_type(stage)) for stage in omni.stage_configs]
-    if stage_types and all(t == "diffusion" for t in stage_types):
-        return None, OmniGenerateEngine(omni, _DiffusionRuntime(omni, stage_types))
-    return OmniUnderstandEngine(omni, await _chat_preprocessor(omni, settings)), None
+    from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
+
+    cli_env_setup()  # worker processes are spawned, as under `vllm serve`
+    args = parse_serve_args(serve_argv(settings))
+    stack = AsyncExitStack()
+    try:
+        omni = await stack.enter_async_context(build_async_omni(args))
+        state = SimpleNamespace()  # stands in for the FastAPI app state vLLM-Omni fills in
+        await omni_init_app_state(omni, state, args)
+    except BaseException:
+        await stack.aclose()
+        raise
+    served = ServedOmni(omni, state, stack)
+    if getattr(state, "openai_streaming_video_output", None) is not None:
+        return None, OmniGenerateEngine(served, DiffusionParams(omni))
+    if getattr(state, "openai_serving_chat", None) is None:
+        await served.shutdown()
+        raise EngineUnavailable(f"{settings.model} serves neither chat nor video generation through vLLM-Omni")
+    return OmniUnderstandEngine(served, ChatService(state.openai_serving_chat)), None

@@ -34,6 +34,8 @@ PROMPT_UPDATE_REPLACED = "session.prompt_update is not supported; send session.i
 START_ALREADY_RECEIVED = "session.start was already received; one session generates one video"
 EVENT_ID_CONFLICT = "event_id_conflict"
 INTERACTION_FAILED = "interaction_failed"
+# vLLM-Omni's prompt interactions blend over this many chunks when the client gives no transition_chunks.
+DEFAULT_TRANSITION_CHUNKS = 3
 INVALID_INTERACTION = "invalid_interaction"
 FRAME_SIZE_CHANGED = "frame_size_changed"
 

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from .. import metrics
 from ..config import Settings
-from ..engines.base import GenerateEngine, GenerateRequest
+from ..engines.base import ChunkEvents, GenerateEngine, GenerateRequest, VideoChunk
 from ..media.frames import normalize_videos
 from ..media.recorder import Mp4Recorder
 from ..protocol import generate as proto
@@ -63,8 +63,9 @@ class _Interaction:
     transition_chunks: int
 
     def phase(self, chunk: int) -> tuple[bool, bool, bool]:
-        """(started, active, completed) at a chunk index."""
-        end = self.start_chunk + self.transition_chunks
+        """(started, active, completed) at a chunk index, on vLLM-Omni's schedule: a transition of
+        t chunks is active in t chunks from its start (one when t is 0) and completes in the last."""
+        end = self.start_chunk + max(self.transition_chunks, 1) - 1
         return chunk == self.start_chunk, self.start_chunk <= chunk <= end, chunk == end
 
 
@@ -306,10 +307,14 @@ class GenerateSession:
             self._error(f"Duplicate event_id: {event_id}", code=proto.EVENT_ID_CONFLICT, event_id=event_id)
             return
         assert self.request_id is not None
-        transition = interaction.transition_chunks or 0
+        transition = interaction.transition_chunks
+        if transition is None:
+            transition = proto.DEFAULT_TRANSITION_CHUNKS
         try:
             async with asyncio.timeout(ENGINE_CALL_TIMEOUT_S):
-                start_chunk = await self.engine.interact(self.request_id, interaction.event.prompt, transition)
+                start_chunk = await self.engine.interact(
+                    self.request_id, event_id, interaction.event.prompt, transition
+                )
         except Exception as exc:
             self._error(f"Interaction failed: {exc}", code=proto.INTERACTION_FAILED, event_id=event_id)
             return
@@ -365,26 +370,32 @@ class GenerateSession:
         if self.strict_reference:
             self._close_soon()  # one reference session is one generation
 
-    def _chunk_metadata(self, chunk_index: int, first: int, count: int) -> proto.VideoChunkMetadata:
-        assert self.request_id is not None
-        started, active, completed = [], [], []
+    def _scheduled_events(self, chunk_index: int) -> ChunkEvents:
+        """Interaction progress derived from the chunk each was scheduled for, for engines that
+        do not report it themselves."""
+        events = ChunkEvents()
         for interaction in self._interactions.values():
-            s, a, c = interaction.phase(chunk_index)
-            if s:
-                started.append(interaction.event_id)
-            if a:
-                active.append(interaction.event_id)
-            if c:
-                completed.append(interaction.event_id)
+            started, active, completed = interaction.phase(chunk_index)
+            if started:
+                events.started.append(interaction.event_id)
+            if active:
+                events.active.append(interaction.event_id)
+            if completed:
+                events.completed.append(interaction.event_id)
+        return events
+
+    def _chunk_metadata(self, chunk: VideoChunk, first: int, count: int) -> proto.VideoChunkMetadata:
+        assert self.request_id is not None
+        events = chunk.events if chunk.events is not None else self._scheduled_events(chunk.chunk_index)
         return proto.VideoChunkMetadata(
             request_id=self.request_id,
             num_frames=count,
-            generation_chunk_index=chunk_index,
+            generation_chunk_index=chunk.chunk_index,
             first_frame_index=first,
             last_frame_index=first + count - 1,
-            started_event_ids=started,
-            active_event_ids=active,
-            completed_event_ids=completed,
+            started_event_ids=list(events.started),
+            active_event_ids=list(events.active),
+            completed_event_ids=list(events.completed),
         )
 
     async def _generate(self, request: GenerateRequest) -> None:
@@ -405,7 +416,7 @@ class GenerateSession:
                 first = self.counters.frames_generated
                 self.counters.chunks += 1
                 self.counters.frames_generated += len(frames)
-                self._emit(self._chunk_metadata(chunk.chunk_index, first, len(frames)))
+                self._emit(self._chunk_metadata(chunk, first, len(frames)))
                 for frame in frames:
                     await self.video.put(frame)
                     self._progress_at = time.monotonic()

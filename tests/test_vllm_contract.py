@@ -1,0 +1,232 @@
+"""The vLLM-Omni engines against the real vllm-omni 0.30 package, on CPU, where it is installed.
+
+CI does not install vLLM (it needs CUDA builds of its kernels), so these tests are skipped there.
+They run in an environment with the `[vllm]` extra, or in a CPU-only one built with
+`bash tests/vllm_cpu/env.sh DIR` (docs/vllm.md), and check that what tests/vllm_fakes.py fakes is
+what vllm-omni produces and accepts: the real output classes go through the engines, the real
+parameter helpers build what the engines send, and the real `vllm serve --omni` parser reads the
+settings. Loading a model needs a GPU and weights: benchmarks/vllm_smoke.py covers that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # vLLM-Omni looks models up on the Hub; tests stay on this machine
+pytest.importorskip("vllm_omni", reason="vllm-omni is not installed (see docs/vllm.md)")
+
+import torch  # noqa: E402
+from vllm import SamplingParams  # noqa: E402
+from vllm.outputs import CompletionOutput  # noqa: E402
+from vllm.sampling_params import RequestOutputKind  # noqa: E402
+from vllm_omni.entrypoints.async_omni import AsyncOmni  # noqa: E402
+from vllm_omni.entrypoints.openai.serving_chat import OmniOpenAIServingChat  # noqa: E402
+from vllm_omni.inputs.data import OmniDiffusionSamplingParams, OmniInteractionPrompt  # noqa: E402
+from vllm_omni.lora.request import LoRARequest  # noqa: E402
+from vllm_omni.outputs import OmniRequestOutput  # noqa: E402
+from vllm_omni.outputs.mm_outputs import MultimodalCompletionOutput, MultimodalPayload  # noqa: E402
+
+from rtc_omni.config import Settings  # noqa: E402
+from rtc_omni.engines.base import GenerateRequest, UnderstandTurn  # noqa: E402
+from rtc_omni.engines.vllm_omni import (  # noqa: E402
+    CODEC_FRAME_SAMPLES,
+    OmniGenerateEngine,
+    OmniUnderstandEngine,
+    diffusion_params,
+)
+from rtc_omni.engines.vllm_runtime import (  # noqa: E402
+    ChatService,
+    DiffusionParams,
+    EngineUnavailable,
+    installed_version,
+    parse_serve_args,
+    serve_argv,
+)
+
+VIDEO_STAGE = {"stage_type": "diffusion", "final_output": True, "final_output_type": "video"}
+
+
+class Replay:
+    """An AsyncOmni whose generate() replays prepared outputs and records its arguments."""
+
+    def __init__(self, outputs: list[Any]) -> None:
+        self.outputs = outputs
+        self.kwargs: list[dict[str, Any]] = []
+        self.interactions: list[Any] = []
+
+    async def generate(self, **kwargs: Any) -> AsyncIterator[Any]:
+        self.kwargs.append(kwargs)
+        for output in self.outputs:
+            await asyncio.sleep(0)
+            yield output
+
+    async def abort(self, request_id: str) -> None: ...
+
+    async def submit_interaction_async(self, request_id: str, *, interaction: Any) -> None:
+        self.interactions.append(interaction)
+
+
+class NoChat:
+    async def engine_prompt(self, request: dict[str, Any]) -> Any:
+        return {"prompt_token_ids": [0]}
+
+    def sampling_params(self, per_stage: list[dict[str, Any]]) -> list[Any]:
+        return per_stage
+
+
+def text(delta: str) -> OmniRequestOutput:
+    completion = CompletionOutput(index=0, text=delta, token_ids=[1], cumulative_logprob=None, logprobs=None)
+    return OmniRequestOutput(request_id="r", final_output_type="text", outputs=[completion], finished=False)
+
+
+def audio(*steps: int, start: int) -> OmniRequestOutput:
+    """A DELTA audio output as the output processor builds it: a payload of the new tensors."""
+    tensors, position = [], start
+    for count in steps:
+        tensors.append(torch.arange(position, position + count, dtype=torch.float32).reshape(1, -1) / 1e6)
+        position += count
+    payload = MultimodalPayload.from_dict({"audio": tensors[0] if len(tensors) == 1 else tensors})
+    completion = MultimodalCompletionOutput(
+        multimodal_output=payload, index=0, text="", token_ids=[], cumulative_logprob=None, logprobs=None
+    )
+    return OmniRequestOutput(request_id="r", final_output_type="audio", outputs=[completion], finished=False)
+
+
+def test_the_installed_series_is_the_one_the_engines_were_written_for() -> None:
+    assert installed_version().startswith("0.30")
+
+
+def test_real_understanding_outputs_become_text_and_talker_audio() -> None:
+    steps = [[4 * 1920], [25 * 1920, 960], [1920]]
+    outputs: list[Any] = [text("The"), text(" red"), text(" reddish")]
+    position = 0
+    for group in steps:
+        outputs.append(audio(*group, start=position))
+        position += sum(group)
+        outputs.append(text(" wall"))
+    engine = OmniUnderstandEngine(Replay(outputs), NoChat())
+    turn = UnderstandTurn(request_id="r", frames=[], audio_pcm16=b"", query="q")
+
+    async def run() -> tuple[str, np.ndarray]:
+        got_text, got_audio = "", []
+        async for item in engine.generate(turn):
+            if hasattr(item, "text"):
+                got_text += item.text
+            else:
+                got_audio.append(item.samples)
+        return got_text, np.concatenate(got_audio)
+
+    got_text, got_audio = asyncio.run(run())
+    assert got_text == "The red reddish wall wall wall"
+    assert got_audio.size == position - CODEC_FRAME_SAMPLES
+    assert np.abs(got_audio - np.arange(CODEC_FRAME_SAMPLES, position) / 1e6).max() < 1e-6
+
+
+def test_session_sampling_params_become_streaming_stage_params() -> None:
+    chat = object.__new__(OmniOpenAIServingChat)  # only engine_client is read by the conversion
+    llm = SimpleNamespace(stage_type="llm")
+    chat.engine_client = SimpleNamespace(
+        stage_configs=[llm, llm, llm], default_sampling_params_list=[SamplingParams(max_tokens=9)] * 3
+    )
+    params = ChatService(chat).sampling_params([{"temperature": 0.2, "max_tokens": 64}, {"top_k": 10}])
+    assert [type(p) for p in params] == [SamplingParams] * 3  # the omitted third stage gets its default
+    assert params[0].temperature == 0.2 and params[0].max_tokens == 64 and params[1].top_k == 10
+    assert params[2].max_tokens == 9
+    assert all(p.output_kind == RequestOutputKind.DELTA for p in params)
+    with pytest.raises(TypeError):
+        ChatService(chat).sampling_params([{"temprature": 1}])
+
+
+def test_diffusion_params_are_built_by_the_real_helpers() -> None:
+    omni = SimpleNamespace(
+        stage_configs=[VIDEO_STAGE], default_sampling_params_list=[OmniDiffusionSamplingParams(num_inference_steps=7)]
+    )
+    runtime = DiffusionParams(omni)
+    assert runtime.video_output
+    assert not DiffusionParams(SimpleNamespace(stage_configs=[{"stage_type": "diffusion"}])).video_output
+    request = GenerateRequest(
+        request_id="g",
+        prompt="p",
+        width=832,
+        height=480,
+        num_frames=33,
+        fps=16,
+        extra_params={"is_amplify_first_chunk": True},
+        sampling_overrides={"seed": 5, "flow_shift": 3.0},
+        lora={"name": "style", "path": "/loras/style", "scale": 0.5},
+    )
+    params = diffusion_params(runtime, request)
+    assert isinstance(params, OmniDiffusionSamplingParams)
+    assert (params.width, params.height, params.num_frames, params.fps, params.frame_rate) == (832, 480, 33, 16, 16.0)
+    assert params.num_inference_steps == 7 and params.seed == 5  # engine default kept, explicit value set
+    assert params.extra_args == {"flow_shift": 3.0, "is_amplify_first_chunk": True}
+    assert isinstance(params.lora_request, LoRARequest) and params.lora_scale == 0.5
+    assert omni.default_sampling_params_list[0].seed is None  # the default was copied, not changed
+    (stage,) = runtime.stage_params(params)
+    assert stage is not params and stage.seed == 5
+
+
+def test_interactions_and_chunk_reports_have_vllm_omnis_shapes() -> None:
+    runtime = DiffusionParams(SimpleNamespace(stage_configs=[VIDEO_STAGE], default_sampling_params_list=[]))
+    interaction = runtime.interaction("e1", "blue", 2)
+    assert set(interaction) <= set(OmniInteractionPrompt.__annotations__)
+    assert OmniInteractionPrompt.__required_keys__ <= set(interaction)
+    stream = {"generation_chunk_index": 4, "started_event_ids": ["e1"], "active_event_ids": ["e1"]}
+    frames = torch.zeros((1, 8, 16, 16, 3))
+    output = OmniRequestOutput.from_diffusion(
+        request_id="g",
+        images=[frames],
+        multimodal_output={"metadata": {"stream": {**stream, "completed_event_ids": []}}},
+        final_output_type="video",
+        finished=False,
+    )
+    client = Replay([output])
+    engine = OmniGenerateEngine(client, runtime)
+    request = GenerateRequest(request_id="g", prompt="p", width=16, height=16, num_frames=8, fps=16)
+
+    async def run() -> list[Any]:
+        chunks = []
+        async for chunk in engine.generate(request):
+            chunks.append(chunk)
+            await engine.interact("g", "e1", "blue", 2)
+        return chunks
+
+    (chunk,) = asyncio.run(run())
+    assert chunk.chunk_index == 4 and chunk.events.started == ["e1"] and chunk.events.completed == []
+    assert chunk.frames[0] is frames
+    assert client.interactions == [{"event_id": "e1", "event": {"prompt": "blue"}, "transition_chunks": 2}]
+
+
+def test_the_engine_calls_match_asyncomnis_signatures() -> None:
+    generate = inspect.signature(AsyncOmni.generate).parameters
+    assert {"prompt", "request_id", "output_modalities", "sampling_params_list"} <= set(generate)
+    assert list(inspect.signature(AsyncOmni.abort).parameters)[:2] == ["self", "request_id"]
+    interact = inspect.signature(AsyncOmni.submit_interaction_async).parameters
+    assert interact["interaction"].kind is inspect.Parameter.KEYWORD_ONLY
+    preprocess = inspect.signature(OmniOpenAIServingChat._preprocess_chat).parameters
+    used = {"default_template", "default_template_content_format", "renderer", "add_generation_prompt"}
+    assert used | {"continue_final_message", "add_special_tokens"} <= set(preprocess)
+
+
+def test_the_settings_become_a_vllm_serve_command_line() -> None:
+    settings = Settings(
+        engine="vllm",
+        model="BestWishYsh/Helios-Distilled",
+        stage_overrides='{"0": {"enforce_eager": true}}',
+        engine_arg=["diffusion_streaming_output", "max-model-len=8192"],
+    )
+    args = parse_serve_args(serve_argv(settings))
+    explicit = args.get_explicit_kwargs_dict()
+    assert args.model == "BestWishYsh/Helios-Distilled" and args.omni
+    assert explicit["stage_overrides"] == {"0": {"enforce_eager": True}}
+    assert explicit["diffusion_streaming_output"] is True and explicit["max_model_len"] == 8192
+    with pytest.raises(EngineUnavailable):
+        parse_serve_args(serve_argv(settings.model_copy(update={"engine_arg": ["no-such-flag"]})))
