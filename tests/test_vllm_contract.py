@@ -1,11 +1,13 @@
-"""The vLLM-Omni engines against the real vllm-omni 0.30 package, on CPU, where it is installed.
+"""The vLLM-Omni engines against the real vllm-omni 0.30 package, on CPU.
 
-CI does not install vLLM (it needs CUDA builds of its kernels), so these tests are skipped there.
-They run in an environment with the `[vllm]` extra, or in a CPU-only one built with
-`bash tests/vllm_cpu/env.sh DIR` (docs/vllm.md), and check that what tests/vllm_fakes.py fakes is
-what vllm-omni produces and accepts: the real output classes go through the engines, the real
-parameter helpers build what the engines send, and the real `vllm serve --omni` parser reads the
-settings. Loading a model needs a GPU and weights: benchmarks/vllm_smoke.py covers that.
+vLLM cannot join the suite's environment (its kernels are CUDA builds), so this module runs in an
+environment of its own, built by `bash tests/vllm_cpu/env.sh DIR` (docs/vllm.md); elsewhere it
+skips. CI builds that environment and runs this module through
+tests/test_vllm_engine.py::test_the_engines_pass_the_contract_checks_against_the_real_vllm_omni.
+It checks that what tests/vllm_fakes.py fakes is what vllm-omni produces and accepts: the real
+output classes go through the engines, the real parameter helpers build what the engines send,
+and the real `vllm serve --omni` parser reads the settings. Loading a model needs a GPU and
+weights: benchmarks/vllm_smoke.py covers that.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ pytest.importorskip("vllm_omni", reason="vllm-omni is not installed (see docs/vl
 
 import torch  # noqa: E402
 from vllm import SamplingParams  # noqa: E402
+from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # noqa: E402
 from vllm.outputs import CompletionOutput  # noqa: E402
 from vllm.sampling_params import RequestOutputKind  # noqa: E402
 from vllm_omni.entrypoints.async_omni import AsyncOmni  # noqa: E402
+from vllm_omni.entrypoints.openai.api_server import build_async_omni, omni_init_app_state  # noqa: E402
 from vllm_omni.entrypoints.openai.serving_chat import OmniOpenAIServingChat  # noqa: E402
 from vllm_omni.inputs.data import OmniDiffusionSamplingParams, OmniInteractionPrompt  # noqa: E402
 from vllm_omni.lora.request import LoRARequest  # noqa: E402
@@ -35,11 +39,12 @@ from vllm_omni.outputs import OmniRequestOutput  # noqa: E402
 from vllm_omni.outputs.mm_outputs import MultimodalCompletionOutput, MultimodalPayload  # noqa: E402
 
 from rtc_omni.config import Settings  # noqa: E402
-from rtc_omni.engines.base import GenerateRequest, UnderstandTurn  # noqa: E402
+from rtc_omni.engines.base import GenerateRequest, TurnFrame, UnderstandTurn  # noqa: E402
 from rtc_omni.engines.vllm_omni import (  # noqa: E402
     CODEC_FRAME_SAMPLES,
     OmniGenerateEngine,
     OmniUnderstandEngine,
+    chat_request,
     diffusion_params,
 )
 from rtc_omni.engines.vllm_runtime import (  # noqa: E402
@@ -130,6 +135,25 @@ def test_real_understanding_outputs_become_text_and_talker_audio() -> None:
     assert np.abs(got_audio - np.arange(CODEC_FRAME_SAMPLES, position) / 1e6).max() < 1e-6
 
 
+def test_the_chat_request_is_one_vllm_accepts() -> None:
+    frame = TurnFrame(rgb=np.full((48, 64, 3), 200, np.uint8), frame_id="f1", pts_ms=0.0, jpeg=b"jpeg")
+    turn = UnderstandTurn(
+        request_id="r",
+        frames=[frame, frame],
+        audio_pcm16=b"\x00\x01" * 1600,
+        query="What colour?",
+        history=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+        system_prompt="Be brief.",
+        model="qwen3-omni",
+    )
+    request = ChatCompletionRequest(**chat_request(turn))
+    assert request.stream and request.modalities == ["text", "audio"] and not request.add_special_tokens
+    assert request.mm_processor_kwargs == {"use_audio_in_video": True}
+    parts = request.messages[-1]["content"]
+    assert [p["type"] for p in parts] == ["image_pil", "image_pil", "input_audio", "text"]
+    assert parts[0]["uuid"] == parts[1]["uuid"] and parts[0]["image_pil"].size == (64, 48)
+
+
 def test_session_sampling_params_become_streaming_stage_params() -> None:
     chat = object.__new__(OmniOpenAIServingChat)  # only engine_client is read by the conversion
     llm = SimpleNamespace(stage_type="llm")
@@ -211,6 +235,8 @@ def test_the_engine_calls_match_asyncomnis_signatures() -> None:
     assert list(inspect.signature(AsyncOmni.abort).parameters)[:2] == ["self", "request_id"]
     interact = inspect.signature(AsyncOmni.submit_interaction_async).parameters
     assert interact["interaction"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert list(inspect.signature(omni_init_app_state).parameters)[:3] == ["engine_client", "state", "args"]
+    assert list(inspect.signature(build_async_omni).parameters)[0] == "args"
     preprocess = inspect.signature(OmniOpenAIServingChat._preprocess_chat).parameters
     used = {"default_template", "default_template_content_format", "renderer", "add_generation_prompt"}
     assert used | {"continue_final_message", "add_special_tokens"} <= set(preprocess)

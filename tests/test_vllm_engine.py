@@ -302,3 +302,33 @@ def test_serve_without_vllm_omni_exits_with_the_install_command() -> None:
     )
     assert done.returncode == 2
     assert "pip install 'rtc-omni[vllm]'" in done.stderr and "vLLM-Omni 0.30" in done.stderr
+
+
+def test_the_engines_pass_the_contract_checks_against_the_real_vllm_omni() -> None:
+    """tests/test_vllm_contract.py, run by the CPU-only vLLM-Omni environment that .ci/run builds
+    with tests/vllm_cpu/env.sh and names in RTC_OMNI_VLLM_PYTHON."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from .netns import require_loopback_namespace
+
+    python = os.environ.get("RTC_OMNI_VLLM_PYTHON")
+    if not python:
+        message = "RTC_OMNI_VLLM_PYTHON names no vLLM-Omni environment (tests/vllm_cpu/env.sh builds one)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    require_loopback_namespace()  # vLLM-Omni looks models up on the Hub; here it must find nothing
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_vllm_contract.py"],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo)},  # this checkout, whatever the environment was built from
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert " passed" in summary and "skipped" not in summary, summary

@@ -86,7 +86,10 @@ export class GenerateView {
     const prompt = input.value.trim();
     if (!prompt || !this.session) return;
     const eventId = `prompt-${Date.now().toString(36)}`;
-    this.session.send({ type: "session.interaction", interaction: { event_id: eventId, event: { prompt } } });
+    // Sent explicitly: left out, vLLM-Omni blends over 3 chunks, longer than a short generation.
+    const transition = Math.max(0, parseInt($("gen-transition").value, 10) || 0);
+    const interaction = { event_id: eventId, event: { prompt }, transition_chunks: transition };
+    this.session.send({ type: "session.interaction", interaction });
     this.log(`Prompt change sent: “${prompt}”`, eventId);
     input.value = "";
   }
@@ -228,6 +231,7 @@ export class GenerateView {
 
   setInteractive(on) {
     $("gen-new-prompt").disabled = !on;
+    $("gen-transition").disabled = !on;
     $("gen-change-btn").disabled = !on;
   }
 
