@@ -14,7 +14,7 @@ VENV="${1:?usage: env.sh DIR}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 
-python3.11 -m venv "$VENV"
+"${PYTHON:-python3}" -m venv "$VENV"   # Python 3.10 to 3.13 (vLLM 0.30)
 PIP=("$VENV/bin/pip" install -q)
 "${PIP[@]}" -U pip
 "${PIP[@]}" torch==2.13.0
