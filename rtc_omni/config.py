@@ -110,6 +110,11 @@ class Settings(BaseModel):
         description="Turn detection for sessions that never send session.config (e.g. WHIP publishers): "
         "'server_vad' answers when the speaker pauses and lets them interrupt.",
     )
+    websocket_audio_events: Literal["response.audio", "response.output_audio"] = Field(
+        "response.audio",
+        description="Names of the speech events on WS /v1/video/chat/stream: 'response.audio' "
+        "(.delta/.done, the reference protocol) or 'response.output_audio' (vLLM-Omni 0.30's handler).",
+    )
     max_frame_size: int = Field(
         10 * 1024 * 1024,
         ge=1,

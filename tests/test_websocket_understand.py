@@ -62,6 +62,23 @@ async def test_a_turn_streams_text_then_wav_speech_in_the_reference_order(
     assert "response.cancelled" not in types
 
 
+async def test_vllm_omni_030_clients_get_its_speech_event_names(make_server: ServerFactory, make_ws: WsFactory) -> None:
+    server = await make_server(websocket_audio_events="response.output_audio")
+    client = await configured(make_ws, server)
+    await client.send({"type": "video.frame", "data": jpeg_b64(RED), "frame_id": "f1"})
+    await client.wait_event("video.frame.ack")
+    mark = len(client.events)
+    await client.send({"type": "video.query", "text": "What colour?"})
+    events = await turn_events(client, mark, "response.output_audio.done")
+
+    types = [e["type"] for e in events]
+    assert not [t for t in types if t.startswith("response.audio.")]
+    speech = [e for e in events if e["type"] == "response.output_audio.delta"]
+    assert speech and types[-1] == "response.output_audio.done"
+    with wave.open(io.BytesIO(base64.b64decode(speech[0]["data"]))) as wav:
+        assert wav.getframerate() == 24_000 and wav.getnframes() > 0
+
+
 async def test_text_only_turn_ends_with_the_full_text(server: RunningServer, make_ws: WsFactory) -> None:
     client = await configured(make_ws, server, modalities=["text"], num_sample_frames=2)
     await client.send({"type": "video.frame", "data": jpeg_b64(GREEN)})  # no frame_id: no ack

@@ -5,7 +5,8 @@ to one WebSocket each, with `strict_reference` set so that they behave as the re
 do (docs/websocket.md lists every difference from the DataChannel). Text messages go to
 `receive_text`, events come back as JSON text through a bounded outbox, generated video as fMP4
 binary messages (media/fmp4_sink.py). A WebSocket client is a peer without media tracks: speech
-comes back as `response.audio.delta` WAV events, as upstream.
+comes back as `response.audio.delta` WAV events, as upstream (`response.output_audio.delta` with
+`--websocket-audio-events response.output_audio`, as vLLM-Omni 0.30 names them).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -145,6 +147,18 @@ async def _refuse(ws: web.WebSocketResponse, message: str) -> web.WebSocketRespo
     return ws
 
 
+def _with_audio_names(send: Callable[[dict[str, Any]], None], prefix: str) -> Callable[[dict[str, Any]], None]:
+    """`send`, with the speech events renamed when the clients expect vLLM-Omni 0.30's names."""
+    if prefix == "response.audio":
+        return send
+    names = {"response.audio.delta": f"{prefix}.delta", "response.audio.done": f"{prefix}.done"}
+
+    def send_renamed(event: dict[str, Any]) -> None:
+        send({**event, "type": names.get(event.get("type", ""), event.get("type"))})
+
+    return send_renamed
+
+
 async def _serve(request: web.Request, kind: str, max_msg_size: int) -> web.WebSocketResponse:
     ws = web.WebSocketResponse(max_msg_size=max_msg_size)
     await ws.prepare(request)
@@ -159,7 +173,7 @@ async def _serve(request: web.Request, kind: str, max_msg_size: int) -> web.WebS
             session_id=session_id,
             settings=settings,
             engine=engines.understand,
-            send=outbox.send_json,
+            send=_with_audio_names(outbox.send_json, settings.websocket_audio_events),
             strict_reference=True,
         )
     elif engines.generate is not None and kind == "generate":
