@@ -17,13 +17,13 @@ REPO="$(cd "$HERE/../.." && pwd)"
 "${PYTHON:-python3}" -m venv "$VENV"   # Python 3.10 to 3.13 (vLLM 0.30)
 PIP=("$VENV/bin/pip" install -q)
 "${PIP[@]}" -U pip
-"${PIP[@]}" torch==2.13.0
+"${PIP[@]}" "torch==2.13.0+cpu"   # the CPU build or nothing: never a multi-GB CUDA download
 "${PIP[@]}" --no-deps vllm==0.30.0 vllm-omni==0.30.0
-"${PIP[@]}" -r "$HERE/requirements.txt" "torch==2.13.0"
+"${PIP[@]}" -r "$HERE/requirements.txt" "torch==2.13.0+cpu"
 "${PIP[@]}" --no-deps xgrammar==0.2.9 apache-tvm-ffi==0.1.11 "openai-whisper>=20250625" \
     torchvision==0.28.0 torchaudio==2.11.0 torchcodec==0.15.0
-"${PIP[@]}" kernels==0.16.1 more-itertools "torch==2.13.0"
-"${PIP[@]}" -e "$REPO" pytest pytest-asyncio pytest-timeout "torch==2.13.0"
+"${PIP[@]}" kernels==0.16.1 more-itertools "torch==2.13.0+cpu"
+"${PIP[@]}" -e "$REPO" pytest pytest-asyncio pytest-timeout "torch==2.13.0+cpu"
 
 SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 for lib in "$SITE"/torchaudio/lib/*.so; do
