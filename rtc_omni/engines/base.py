@@ -5,7 +5,7 @@ Engines know nothing about WebRTC: they get numpy frames and PCM, and yield type
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -107,6 +107,15 @@ class ChunkEvents:
     started: list[str] = field(default_factory=list)
     active: list[str] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_report(cls, report: Mapping[str, Any]) -> ChunkEvents:
+        """From vLLM-Omni's `*_event_ids` lists (its stream metadata, or a `video.chunk_metadata`)."""
+        return cls(
+            started=list(report.get("started_event_ids") or []),
+            active=list(report.get("active_event_ids") or []),
+            completed=list(report.get("completed_event_ids") or []),
+        )
 
 
 @dataclass(frozen=True)

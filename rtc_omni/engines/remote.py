@@ -196,11 +196,7 @@ class RemoteGenerateEngine:
         kind = event.get("type")
         if kind == "video.chunk_metadata" and event.get("kind", "media") == "media":
             generation.chunk_index = int(event.get("generation_chunk_index", generation.chunk_index))
-            generation.events = ChunkEvents(
-                started=list(event.get("started_event_ids", [])),
-                active=list(event.get("active_event_ids", [])),
-                completed=list(event.get("completed_event_ids", [])),
-            )
+            generation.events = ChunkEvents.from_report(event)
         elif kind == "session.interaction.queued":
             future = generation.interactions.pop(event.get("event_id", ""), None)
             if future is not None and not future.done():

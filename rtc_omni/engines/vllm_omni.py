@@ -14,7 +14,6 @@ the diffusion sampling parameters, interactions and chunk reports as its streami
 from __future__ import annotations
 
 import asyncio
-import copy
 import hashlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
@@ -248,9 +247,9 @@ class DiffusionRuntime(Protocol):
 
 
 def diffusion_params(runtime: DiffusionRuntime, request: GenerateRequest) -> Any:
-    """OmniDiffusionSamplingParams as the reference builds them: engine defaults, then only what
-    the client set explicitly (protocol section 4.8)."""
-    params = copy.deepcopy(runtime.default_params())
+    """OmniDiffusionSamplingParams as the reference builds them: engine defaults (already a copy),
+    then only what the client set explicitly (protocol section 4.8)."""
+    params = runtime.default_params()
     params.width, params.height = request.width, request.height
     params.num_frames = request.num_frames
     params.fps = request.fps
@@ -272,17 +271,11 @@ def diffusion_params(runtime: DiffusionRuntime, request: GenerateRequest) -> Any
 
 def chunk_of(videos: Any, count: int, report: Mapping[str, Any]) -> VideoChunk:
     """A chunk numbered and annotated as the model reported it, or by arrival when it did not."""
-    index = report.get("generation_chunk_index")
     if not report:
         return VideoChunk(frames=videos, chunk_index=count)
+    index = report.get("generation_chunk_index")
     return VideoChunk(
-        frames=videos,
-        chunk_index=index if isinstance(index, int) else count,
-        events=ChunkEvents(
-            started=list(report.get("started_event_ids") or []),
-            active=list(report.get("active_event_ids") or []),
-            completed=list(report.get("completed_event_ids") or []),
-        ),
+        frames=videos, chunk_index=index if isinstance(index, int) else count, events=ChunkEvents.from_report(report)
     )
 
 

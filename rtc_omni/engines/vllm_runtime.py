@@ -14,6 +14,7 @@ rest runs on a GPU machine through benchmarks/vllm_smoke.py.
 
 from __future__ import annotations
 
+import copy
 import importlib.metadata
 from contextlib import AsyncExitStack
 from types import SimpleNamespace
@@ -122,8 +123,6 @@ class DiffusionParams:
         self.video_output = is_video_generation_pipeline(list(omni.stage_configs))
 
     def default_params(self) -> Any:
-        import copy
-
         from vllm_omni.inputs.data import OmniDiffusionSamplingParams
 
         for params in self.omni.default_sampling_params_list:
