@@ -13,7 +13,9 @@ import types
 import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+
+from .protocol.validation import describe_validation_error
 
 ENV_PREFIX = "RTC_OMNI_"
 
@@ -181,12 +183,18 @@ class Settings(BaseModel):
             raise ValueError("--ice-port-min must not exceed --ice-port-max")
         return self
 
+    @model_validator(mode="after")
+    def _check_remote_has_upstreams(self) -> Settings:
+        if self.engine == "remote" and not self.upstream:
+            raise ValueError("--engine remote needs at least one --upstream ws://HOST:PORT")
+        return self
+
     @field_validator("upstream")
     @classmethod
     def _check_upstreams(cls, value: list[str]) -> list[str]:
         for url in value:
             if not url.startswith(("ws://", "wss://")):
-                raise ValueError(f"upstream {url!r} must be a ws:// or wss:// URL")
+                raise ValueError(f"{url!r} is not a ws:// or wss:// URL")
         return [url.rstrip("/") for url in value]
 
     @property
@@ -219,7 +227,11 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per Settings field; unset flags stay None so env and defaults can apply."""
     for name, field in Settings.model_fields.items():
         flag = "--" + name.replace("_", "-")
-        help_text = f"{field.description} (env {ENV_PREFIX}{name.upper()})"
+        default = field.get_default(call_default_factory=True)
+        shown = ",".join(default) if isinstance(default, list) else default
+        default_text = f" Default: {shown}." if shown not in (None, "") else ""
+        help_text = f"{field.description}{default_text} (env {ENV_PREFIX}{name.upper()})"
+        help_text = help_text.replace("%", "%%")  # argparse formats help with %
         choices = None
         if typing.get_origin(field.annotation) is Literal:
             choices = list(typing.get_args(field.annotation))
@@ -236,6 +248,18 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
             )
 
 
+class SettingsError(ValueError):
+    """A flag or environment variable has a value the server cannot use."""
+
+
+def setting_source(field: str) -> str:
+    """How a user sets a field: `port` -> `--port (RTC_OMNI_PORT)`."""
+    name = field.split(".")[0]
+    if name not in Settings.model_fields:
+        return field
+    return f"--{name.replace('_', '-')} ({ENV_PREFIX}{name.upper()})"
+
+
 def load_settings(args: argparse.Namespace | None = None, environ: dict[str, str] | None = None) -> Settings:
     """Merge defaults, environment variables and parsed flags, validating the result."""
     environ = dict(os.environ) if environ is None else environ
@@ -248,4 +272,7 @@ def load_settings(args: argparse.Namespace | None = None, environ: dict[str, str
             )
         if args is not None and getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
-    return Settings(**values)
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        raise SettingsError(describe_validation_error(exc, setting_source)) from None

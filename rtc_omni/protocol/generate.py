@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .understand import ServerEvent
+from .validation import describe_validation_error
 
 WEBSOCKET_PATH = "/v1/realtime/video"
 DEFAULT_FPS = 24
@@ -44,8 +45,14 @@ def expected_start_error(got: Any) -> str:
     return f"Expected session.start, got: {got}"
 
 
-def invalid_start_error(details: str) -> str:
+def invalid_start_error(details: str | ValidationError) -> str:
+    if isinstance(details, ValidationError):
+        details = describe_validation_error(details)
     return f"Invalid session.start: {details}"
+
+
+def invalid_interaction_error(details: ValidationError) -> str:
+    return f"Invalid session.interaction: {describe_validation_error(details)}"
 
 
 def model_mismatch_error(requested: str, served: str) -> str:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .validation import describe_validation_error
 
 WEBSOCKET_PATH = "/v1/video/chat/stream"
 
@@ -37,7 +39,9 @@ def expected_config_error(got: Any) -> str:
     return f"Expected session.config, got: {got}"
 
 
-def invalid_config_error(details: str) -> str:
+def invalid_config_error(details: str | ValidationError) -> str:
+    if isinstance(details, ValidationError):
+        details = describe_validation_error(details)
     return f"Invalid session config: {details}"
 
 

@@ -15,6 +15,7 @@ from aiortc.sdp import SessionDescription
 from pydantic import BaseModel, ValidationError
 
 from ..logs import SESSION_ID
+from ..protocol.validation import describe_validation_error
 from ..sessions.registry import SessionLimitReached, new_session_id
 from .keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 from .peer import OfferRejected, PeerSession, TooManyPeers
@@ -104,7 +105,7 @@ async def post_offer(request: web.Request) -> web.Response:
     try:
         offer = OfferRequest.model_validate(body)
     except ValidationError as exc:
-        return json_error(400, f"invalid offer: {exc.errors(include_url=False)}")
+        return json_error(400, f"invalid offer: {describe_validation_error(exc)}")
     engines = request.app[ENGINES]
     if offer.kind not in (*engines.kinds, CONTROL_KIND):
         served = " and ".join(repr(k) for k in (*engines.kinds, CONTROL_KIND))
