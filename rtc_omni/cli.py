@@ -33,9 +33,9 @@ GENERATE_FLAGS = {"num_frames": "--frames", "num_inference_steps": "--steps"}
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """`--help` shows each flag's default, except where there is none to show."""
 
-    def _get_help_string(self, action: argparse.Action) -> str:
+    def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.default in (None, False) or action.default is argparse.SUPPRESS:
-            return action.help or ""
+            return action.help
         return super()._get_help_string(action)
 
 

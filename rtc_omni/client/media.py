@@ -164,10 +164,6 @@ class ScriptedAudioTrack(PacedAudioTrack):
         """Queue float samples in [-1, 1] at 48 kHz."""
         self._clips.append(clip48.astype(np.float32))
 
-    @property
-    def speaking(self) -> bool:
-        return bool(self._clips)
-
     def _next_samples(self) -> np.ndarray:
         out = np.zeros(AUDIO_FRAME_SAMPLES, dtype=np.float32)
         filled = 0
@@ -219,9 +215,6 @@ class AudioRecorder:
 
     def voiced_frames(self, since: float = 0.0, until: float = float("inf")) -> int:
         return sum(1 for f in self.frames if since <= f.at < until and f.rms >= self.SILENCE_RMS)
-
-    def last_voiced_at(self) -> float | None:
-        return next((f.at for f in reversed(self.frames) if f.rms >= self.SILENCE_RMS), None)
 
     def save_wav(self, path: str) -> None:
         with wave.open(path, "wb") as out:

@@ -8,6 +8,7 @@ from ..config import Settings
 from ..protocol import generate as generate_proto
 from ..protocol import understand as understand_proto
 from .base import (
+    INPUT_SAMPLE_RATE,
     TALKER_SAMPLE_RATE,
     AudioChunk,
     EngineError,
@@ -85,6 +86,7 @@ async def create_engines(settings: Settings) -> Engines:
 
 
 __all__ = [
+    "INPUT_SAMPLE_RATE",
     "TALKER_SAMPLE_RATE",
     "AudioChunk",
     "EngineError",

@@ -23,6 +23,7 @@ from PIL import Image
 
 from ..media.wav import wav_base64
 from .base import (
+    INPUT_SAMPLE_RATE,
     AudioChunk,
     ChunkEvents,
     EngineError,
@@ -93,7 +94,10 @@ def build_messages(turn: UnderstandTurn) -> list[dict[str, Any]]:
         content.append({"type": "image_pil", "image_pil": Image.fromarray(frame.rgb), "uuid": uuid})
     if turn.audio_pcm16:
         content.append(
-            {"type": "input_audio", "input_audio": {"data": wav_base64(turn.audio_pcm16, 16_000), "format": "wav"}}
+            {
+                "type": "input_audio",
+                "input_audio": {"data": wav_base64(turn.audio_pcm16, INPUT_SAMPLE_RATE), "format": "wav"},
+            }
         )
     if turn.query:
         content.append({"type": "text", "text": turn.query})

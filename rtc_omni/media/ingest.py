@@ -17,9 +17,9 @@ import av
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from PIL import Image
 
-logger = logging.getLogger(__name__)
+from ..engines.base import INPUT_SAMPLE_RATE
 
-INGEST_SAMPLE_RATE = 16_000
+logger = logging.getLogger(__name__)
 
 
 class MediaSink(Protocol):
@@ -89,7 +89,7 @@ async def ingest_video(track: MediaStreamTrack, sink: MediaSink) -> None:
 
 async def ingest_audio(track: MediaStreamTrack, sink: MediaSink) -> None:
     """Drain an audio track until it ends, passing 16 kHz mono PCM16 to the sink."""
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=INGEST_SAMPLE_RATE)
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=INPUT_SAMPLE_RATE)
     async for frame in iter_frames(track):
         if sink.sample_fps is None:  # not configured yet: drop, keep draining
             continue

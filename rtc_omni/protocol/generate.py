@@ -38,7 +38,6 @@ INTERACTION_FAILED = "interaction_failed"
 # vLLM-Omni's prompt interactions blend over this many chunks when the client gives no transition_chunks.
 DEFAULT_TRANSITION_CHUNKS = 3
 INVALID_INTERACTION = "invalid_interaction"
-FRAME_SIZE_CHANGED = "frame_size_changed"
 
 
 def expected_start_error(got: Any) -> str:

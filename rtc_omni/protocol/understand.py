@@ -50,7 +50,6 @@ def unknown_type_error(msg_type: Any) -> str:
 
 
 MAX_AUDIO_BUFFER_BYTES = 4 * 1024 * 1024
-AUDIO_SAMPLE_RATE = 16_000
 
 _LEGACY_ALIASES = {
     "num_sample_frames": "num_frames",

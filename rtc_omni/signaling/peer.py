@@ -42,7 +42,6 @@ logger = logging.getLogger(__name__)
 CONTROL_LABEL = "control"
 MAX_PENDING_EVENTS = 256  # events emitted before any DataChannel opens; the oldest go first
 MAX_ATTACHED_PEERS = 16  # controllers and viewers per session
-SESSION_KINDS = ("understand", "generate")
 CHANNEL_DRAIN_S = 1.0
 
 
