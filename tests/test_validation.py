@@ -1,0 +1,81 @@
+"""Validation errors reach users as one plain sentence per field, never as pydantic's own dump."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from rtc_omni.config import SettingsError, load_settings
+from rtc_omni.protocol import generate as generate_proto
+from rtc_omni.protocol import understand as understand_proto
+from rtc_omni.protocol.validation import describe_validation_error
+
+from .conftest import RunningServer, http_json
+
+VIDEO, CONFIG = generate_proto.VideoGenerationRequest, understand_proto.SessionConfig
+PYDANTIC_DUMP = ("validation error for", "errors.pydantic.dev", "[type=", "input_value=", "\n")
+
+
+def assert_plain(message: str) -> None:
+    for fragment in PYDANTIC_DUMP:
+        assert fragment not in message, message
+
+
+def validation_error(model: type, data: object) -> ValidationError:
+    with pytest.raises(ValidationError) as caught:
+        model.model_validate(data)  # type: ignore[attr-defined]
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("model", "data", "expected"),
+    [
+        (VIDEO, {"prompt": "x", "size": "100"}, "size must be 'WIDTHxHEIGHT', e.g. '832x480' (got '100')."),
+        (VIDEO, {}, "prompt is required."),
+        (CONFIG, {"num_frames": 0}, "num_frames should be greater than or equal to 1 (got 0)."),
+        (CONFIG, {"turn_detection": {"type": "x"}}, "turn_detection.type should be 'server_vad' (got 'x')."),
+        (generate_proto.Interaction, None, "expected a JSON object."),
+        (generate_proto.Interaction, {"event": 3}, "event should be a JSON object."),
+    ],
+)
+def test_each_invalid_field_is_one_plain_sentence(model: type, data: object, expected: str) -> None:
+    message = describe_validation_error(validation_error(model, data))
+    assert message == expected
+    assert_plain(message)
+
+
+def test_several_fields_give_several_sentences_and_long_values_are_cut() -> None:
+    exc = validation_error(understand_proto.SessionConfig, {"num_frames": 0, "sample_fps": "x" * 500})
+    message = describe_validation_error(exc)
+    assert message.startswith("num_frames should be") and message.count(".") >= 2
+    assert "x" * 100 not in message
+
+
+def test_the_reference_prefixes_stay_and_the_details_become_plain() -> None:
+    start = generate_proto.invalid_start_error(validation_error(generate_proto.VideoGenerationRequest, {}))
+    assert start == "Invalid session.start: prompt is required."
+    config = understand_proto.invalid_config_error(validation_error(understand_proto.SessionConfig, {"num_frames": 0}))
+    assert config.startswith("Invalid session config: num_frames should be")
+    interaction = generate_proto.invalid_interaction_error(validation_error(generate_proto.Interaction, {}))
+    assert interaction == "Invalid session.interaction: event is required."
+
+
+def test_settings_errors_name_the_flag_and_the_variable() -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings(None, environ={"RTC_OMNI_PORT": "abc", "RTC_OMNI_UPSTREAM": "http://x"})
+    message = str(caught.value)
+    assert "--port (RTC_OMNI_PORT) should be a valid integer (got 'abc')." in message
+    assert "--upstream (RTC_OMNI_UPSTREAM): 'http://x' is not a ws:// or wss:// URL." in message
+    assert_plain(message)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"type": "offer"}, "invalid offer: sdp is required."),
+        ({"sdp": "v=0\r\n", "type": "answer"}, "invalid offer: type should be 'offer' (got 'answer')."),
+    ],
+)
+async def test_a_malformed_offer_gets_a_plain_400(server: RunningServer, body: dict, expected: str) -> None:
+    status, reply = await http_json(server, "POST", "/v1/rtc/offer", json=body)
+    assert status == 400 and reply["error"] == expected
