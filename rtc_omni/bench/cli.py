@@ -20,8 +20,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plots", type=Path, help="draw latency.png and capacity.png into this folder")
     parser.add_argument("--seconds", type=float, help="length of each ingest and WebSocket run")
     parser.add_argument("--max-sessions", type=int, help="largest N of understanding sessions in the capacity sweep")
-    parser.add_argument("--peer-python", help="interpreter with pipecat-ai[webrtc] for 6b (default: this one)")
-    parser.add_argument("--no-peer", action="store_true", help="skip the peer WebRTC server comparison (6b)")
+    parser.add_argument(
+        "--peer-python", help="interpreter with pipecat-ai[webrtc] for the pipecat comparison (default: this one)"
+    )
+    parser.add_argument("--no-peer", action="store_true", help="skip the comparison with pipecat's WebRTC server")
 
 
 def plan_from(args: argparse.Namespace) -> Plan:

@@ -1,4 +1,5 @@
-"""Side by side (a): vLLM-Omni's WebSocket way of feeding the same session, same content and rate.
+"""vLLM-Omni's WebSocket way of feeding the same session, same content and rate: the baseline
+that shows what WebRTC's media path saves (bytes) and costs (latency).
 
 A reference client sends each sampled camera frame as a base64 JPEG `video.frame` and the mic as
 base64 PCM16 16 kHz `audio.chunk` messages over `WS /v1/video/chat/stream`; the server's session

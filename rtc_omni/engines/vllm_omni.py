@@ -106,7 +106,7 @@ def build_messages(turn: UnderstandTurn) -> list[dict[str, Any]]:
 
 
 def chat_request(turn: UnderstandTurn) -> dict[str, Any]:
-    """The chat-completions request vLLM-Omni's handler builds (protocol section 3.5)."""
+    """The chat-completions request vLLM-Omni's own handler builds, so a model sees the same prompt here."""
     request: dict[str, Any] = {
         "model": turn.model or "default",
         "messages": build_messages(turn),
@@ -252,7 +252,7 @@ class DiffusionRuntime(Protocol):
 
 def diffusion_params(runtime: DiffusionRuntime, request: GenerateRequest) -> Any:
     """OmniDiffusionSamplingParams as the reference builds them: engine defaults (already a copy),
-    then only what the client set explicitly (protocol section 4.8)."""
+    then only what the client set explicitly, so an unset field keeps the model's own default."""
     params = runtime.default_params()
     params.width, params.height = request.width, request.height
     params.num_frames = request.num_frames

@@ -19,7 +19,7 @@ DEFAULT_FPS = 24
 MAX_START_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_CONTROL_MESSAGE_BYTES = 128 * 1024
 
-# Reference error strings (protocol section 4.4).
+# vLLM-Omni's own error strings, kept verbatim: its clients match them (docs/generate.md lists them).
 TIMEOUT_WAITING_FOR_START = "Timeout waiting for session.start"
 START_TOO_LARGE = "session.start message too large"
 INVALID_JSON_IN_START = "Invalid JSON in session.start"

@@ -15,7 +15,7 @@ from .validation import describe_validation_error
 
 WEBSOCKET_PATH = "/v1/video/chat/stream"
 
-# Reference error strings (protocol section 2.5), kept verbatim so clients can match them.
+# vLLM-Omni's own error strings, kept verbatim: its clients match them (docs/protocol.md lists them).
 TIMEOUT_WAITING_FOR_CONFIG = "Timeout waiting for session.config"
 INVALID_JSON_IN_CONFIG = "Invalid JSON in session.config"
 INVALID_JSON = "Invalid JSON"
