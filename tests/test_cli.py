@@ -70,8 +70,10 @@ def served(request: pytest.FixtureRequest):
 
 
 def readme_command(program: str) -> list[str]:
-    """The first line of README's quickstart that runs `program` (e.g. `rtc-omni client`), as argv."""
-    for line in README.read_text().split("## Quickstart", 1)[1].split("\n## ", 1)[0].splitlines():
+    """The first shell line of README's quickstart that runs `program` (e.g. `rtc-omni client`), as argv."""
+    quickstart = README.read_text().split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    shell_lines = [line for block in quickstart.split("```sh\n")[1:] for line in block.split("```")[0].splitlines()]
+    for line in shell_lines:
         if program in line:
             words = shlex.split(line.split("&&")[-1])
             assert words[0] == "rtc-omni", line
