@@ -23,7 +23,7 @@ from .engines.vllm_runtime import INSTALL_HINT, EngineUnavailable
 from .logs import configure_logging
 from .protocol.generate import VideoGenerationRequest, coerce_start_fields
 from .protocol.understand import SessionConfig
-from .protocol.validation import FieldLabel, describe_validation_error
+from .protocol.validation import FieldLabel, describe_validation_error, error_text
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 # `rtc-omni client generate` flags not named after the request field they set, for error messages.
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         elapsed = time.monotonic() - started
         after = f" (after {elapsed:.1f} s)" if elapsed >= 1 else ""
-        print(f"rtc-omni: {str(exc) or type(exc).__name__}{after}", file=sys.stderr)
+        print(f"rtc-omni: {error_text(exc)}{after}", file=sys.stderr)
         return 1
 
 

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from rtc_omni.config import SettingsError, load_settings
 from rtc_omni.protocol import generate as generate_proto
 from rtc_omni.protocol import understand as understand_proto
-from rtc_omni.protocol.validation import describe_validation_error
+from rtc_omni.protocol.validation import describe_validation_error, error_text
 
 from .conftest import RunningServer, http_json
 
@@ -79,3 +79,9 @@ def test_settings_errors_name_the_flag_and_the_variable() -> None:
 async def test_a_malformed_offer_gets_a_plain_400(server: RunningServer, body: dict, expected: str) -> None:
     status, reply = await http_json(server, "POST", "/v1/rtc/offer", json=body)
     assert status == 400 and reply["error"] == expected
+
+
+def test_any_error_has_text_for_the_user() -> None:
+    assert error_text(TimeoutError()) == "TimeoutError"  # never an empty message
+    assert error_text(ValueError("bad --size")) == "bad --size"
+    assert error_text(validation_error(VIDEO, {})) == "prompt is required."

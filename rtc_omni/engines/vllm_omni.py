@@ -22,6 +22,7 @@ import numpy as np
 from PIL import Image
 
 from ..media.wav import wav_base64
+from ..protocol.validation import error_text
 from .base import (
     INPUT_SAMPLE_RATE,
     AudioChunk,
@@ -176,11 +177,11 @@ class OmniUnderstandEngine:
             if turn.sampling_params_list:
                 kwargs["sampling_params_list"] = self.chat.sampling_params(turn.sampling_params_list)
         except Exception as exc:
-            raise EngineError(f"Failed to build request: {exc}") from exc
+            raise EngineError(f"Failed to build request: {error_text(exc)}") from exc
         try:
             kwargs["prompt"] = await self.chat.engine_prompt(chat_request(turn))
         except Exception as exc:
-            raise EngineError(f"Preprocess failed: {exc}") from exc
+            raise EngineError(f"Preprocess failed: {error_text(exc)}") from exc
         return kwargs
 
     async def generate(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:

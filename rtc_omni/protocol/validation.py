@@ -66,3 +66,11 @@ def describe_validation_error(exc: ValidationError, label: FieldLabel = str) -> 
     `label` names a field for the reader (the settings name `port` as `--port (RTC_OMNI_PORT)`).
     """
     return " ".join(_sentence(error, label) for error in exc.errors(include_url=False))
+
+
+def error_text(exc: BaseException) -> str:
+    """Any exception as text for a user: validation errors as sentences, others by their message,
+    or their type when they have none (a bare TimeoutError)."""
+    if isinstance(exc, ValidationError):
+        return describe_validation_error(exc)
+    return str(exc) or type(exc).__name__
