@@ -20,7 +20,7 @@ EventFilter = Callable[[dict[str, Any]], bool]
 
 # What to do about a refused offer, by HTTP status.
 REFUSAL_HINTS = {
-    401: "the server wants a Bearer token: pass the one it was started with (--auth-token)",
+    401: "pass the token the server was started with (its --auth-token) as --token",
     429: "too many new sessions from this address: wait a minute",
     503: "the server is at its session limit: try again shortly",
 }
@@ -190,7 +190,8 @@ class ControlClient:
                     self._new_event.clear()
                     await self._new_event.wait()
         except TimeoutError:
-            raise TimeoutError(f"no {event_type or 'expected'} event within {timeout:g} s") from None
+            awaited = f"no {event_type} event" if event_type else "no answer from the server"
+            raise TimeoutError(f"{awaited} within {timeout:g} s") from None
 
     async def close(self) -> None:
         await self.pc.close()
