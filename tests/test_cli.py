@@ -335,3 +335,11 @@ def test_an_answer_longer_than_the_timeout_is_reported_after_its_text(served) ->
     )  # fmt: skip
     assert_plain_error(done, "the answer's speech did not finish playing within 3 s (--timeout)")
     assert "mostly green" in done.stdout
+
+
+@pytest.mark.parametrize("served", [["--auth-token", "s3cret"]], indirect=True)
+def test_a_missing_token_is_named_with_the_flag_to_pass(served) -> None:
+    url, _ = served
+    done = run_cli("client", "understand", "--server", url, "--video", "none", "--audio", "none", "--query", "hi")
+    assert_plain_error(done, "the server refused the session (HTTP 401): missing or wrong bearer token")
+    assert "as --token" in done.stderr
