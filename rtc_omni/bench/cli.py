@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # the parser is built on every `rtc-omni` call; the run impor
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quick", action="store_true", help="a smoke run of every item, within about a minute")
+    parser.add_argument("--quick", action="store_true", help="a smoke run of every item, small samples, about 40 s")
     parser.add_argument("--json", type=Path, help="write the figures and raw samples here")
     parser.add_argument("--plots", type=Path, help="draw latency.png and capacity.png into this folder")
     parser.add_argument("--seconds", type=float, help="length of each ingest and WebSocket run")
