@@ -1,17 +1,38 @@
 """Messages of a generation session: vLLM-Omni's `/v1/realtime/video` protocol over the DataChannel.
 
-`VideoGenerationRequest` mirrors vLLM-Omni's request model and its resolution rules; the server
-events add what a live RTP track needs (`video.chunk_metadata` per engine chunk, frame counts).
+`VideoGenerationRequest` mirrors vLLM-Omni's request model and its resolution rules; `decode`
+parses each client message once into the `ClientMessage` union (a `session.start` into its
+request, or the error it earns); the server events add what a live RTP track needs
+(`video.chunk_metadata` per engine chunk, frame counts).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from .understand import ServerEvent
+from .codec import (
+    BINARY_NOT_SUPPORTED,
+    Refusal,
+    ServerEvent,
+    TypedMessage,
+    UnknownMessage,
+    decode_object,
+    message_tag,
+    validate_message,
+)
 
 WEBSOCKET_PATH = "/v1/realtime/video"
 DEFAULT_FPS = 24
@@ -163,6 +184,98 @@ class Interaction(BaseModel):
     transition_chunks: int | None = Field(None, ge=0)
 
 
+# ----------------------------------------------------------------- client messages
+
+
+class StartMessage(TypedMessage):
+    """`session.start`: the request, or the error it earns (the format is checked first, as upstream)."""
+
+    type: Literal["session.start"]
+    request: VideoGenerationRequest | None = None
+    invalid: str = ""  # the error to send when the model above is None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse_request(cls, data: dict[str, Any]) -> dict[str, Any]:
+        if data.get("format", "m4s") != "m4s":  # fMP4 is meaningless over RTP, but only "m4s" is valid upstream
+            return {"type": "session.start", "invalid": INVALID_FORMAT}
+        try:
+            return {
+                "type": "session.start",
+                "request": VideoGenerationRequest.model_validate(coerce_start_fields(data)),
+            }
+        except ValidationError as exc:
+            return {"type": "session.start", "invalid": invalid_start_error(str(exc))}
+
+
+class InteractionMessage(TypedMessage):
+    """`session.interaction`: a prompt change, or why it is invalid."""
+
+    type: Literal["session.interaction"]
+    interaction: Interaction | None = None
+    invalid: str = ""  # the error to send when the model above is None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse_interaction(cls, data: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return {"type": "session.interaction", "interaction": Interaction.model_validate(data.get("interaction"))}
+        except ValidationError as exc:
+            return {"type": "session.interaction", "invalid": f"Invalid session.interaction: {exc}"}
+
+
+class StopMessage(TypedMessage):
+    type: Literal["session.stop"]
+
+
+class PingMessage(TypedMessage):
+    type: Literal["session.ping"]
+
+
+class PromptUpdateMessage(TypedMessage):
+    type: Literal["session.prompt_update"]
+
+
+ClientMessage = Annotated[
+    Annotated[StartMessage, Tag("session.start")]
+    | Annotated[InteractionMessage, Tag("session.interaction")]
+    | Annotated[StopMessage, Tag("session.stop")]
+    | Annotated[PingMessage, Tag("session.ping")]
+    | Annotated[PromptUpdateMessage, Tag("session.prompt_update")]
+    | Annotated[UnknownMessage, Tag("unknown")],
+    Discriminator(
+        message_tag(
+            frozenset({"session.start", "session.interaction", "session.stop", "session.ping", "session.prompt_update"})
+        )
+    ),
+]
+_PARSER: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
+
+
+def decode(raw: str, *, awaiting_start: bool) -> ClientMessage | Refusal:
+    """One client message, typed, or refused as the reference refuses it. Before `session.start`,
+    every refusal ends the reference's session."""
+    if len(raw.encode()) > (MAX_START_MESSAGE_BYTES if awaiting_start else MAX_CONTROL_MESSAGE_BYTES):
+        return Refusal(START_TOO_LARGE, True) if awaiting_start else Refusal(CONTROL_TOO_LARGE)
+    value = decode_object(
+        raw,
+        invalid_json=Refusal(INVALID_JSON_IN_START, True) if awaiting_start else Refusal(INVALID_JSON_MESSAGE),
+        not_an_object=lambda _v: (
+            Refusal(START_NOT_AN_OBJECT, True) if awaiting_start else Refusal(CONTROL_NOT_AN_OBJECT)
+        ),
+    )
+    if isinstance(value, Refusal):
+        return value
+    return validate_message(_PARSER, value)
+
+
+def decode_binary(data: bytes) -> Refusal:
+    return Refusal(BINARY_NOT_SUPPORTED)
+
+
+# ----------------------------------------------------------------- server events
+
+
 class VideoStart(ServerEvent):
     type: ClassVar[str] = "video.start"
     request_id: str
@@ -214,3 +327,7 @@ class GenerateError(ServerEvent):
     code: str | None = None
     request_id: str | None = None
     event_id: str | None = None
+
+    @property
+    def error_message(self) -> str | None:
+        return self.message
