@@ -7,13 +7,15 @@ string its reference sends. Sessions take only the typed messages, and emit `Ser
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar, get_args
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, Discriminator, Tag, TypeAdapter, ValidationError
 
 logger = logging.getLogger(__name__)
 M = TypeVar("M")
@@ -34,38 +36,60 @@ class Refusal:
     ends_reference_session: bool = False
 
 
-def decode_object(
-    raw: str, *, invalid_json: Refusal, not_an_object: Callable[[Any], Refusal]
-) -> dict[str, Any] | Refusal:
-    """The JSON object in `raw`, or the protocol's refusal of what is not one."""
+def decode_message(
+    raw: str,
+    parser: TypeAdapter[M],
+    *,
+    invalid_json: Refusal,
+    not_an_object: Callable[[Any], Refusal],
+    screen: Callable[[dict[str, Any]], Refusal | None] = lambda _value: None,
+) -> M | Refusal:
+    """One client message: JSON, then an object, then `screen`ed, then typed by the protocol's
+    `parser`; at the first step it fails, the protocol's refusal."""
     try:
         value = json.loads(raw)
     except (json.JSONDecodeError, RecursionError):
         return invalid_json
     if not isinstance(value, dict):
         return not_an_object(value)
-    return value
-
-
-def validate_message(parser: TypeAdapter[M], value: dict[str, Any]) -> M | Refusal:
-    """The typed message; a validator's bug is refused as the loop refuses a handler's, never raised
-    into the transport."""
+    refused = screen(value)
+    if refused is not None:
+        return refused
     try:
         return parser.validate_python(value)
-    except Exception:
+    except Exception:  # a validator's bug is refused as the loop refuses a handler's, never raised
         logger.exception("parsing a %r message failed", value.get("type"))
         return Refusal(f"Internal error handling {value.get('type')!s}")
 
 
-def message_tag(known: frozenset[str]) -> Callable[[Any], str]:
-    """A discriminator for a protocol's union: the message's `type`, or UNKNOWN_TAG for any other
-    value (missing, not a string, or a type the protocol does not define)."""
+def message_parser(union: Any) -> TypeAdapter[Any]:
+    """The parser of a protocol's union of `TypedMessage`s, discriminated by each one's `type`
+    Literal; any other `type` (missing, not a string, not defined) parses as `UnknownMessage`."""
+    tags = {}
+    for model in get_args(union):
+        literal = get_args(model.model_fields["type"].annotation)  # () for UnknownMessage's Any
+        if literal:
+            tags[literal[0]] = model
+    members = tuple(Annotated[model, Tag(tag)] for tag, model in tags.items())
+    known = frozenset(tags)
 
-    def tag(value: Any) -> str:
+    def tag_of(value: Any) -> str:
         msg_type = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
         return msg_type if isinstance(msg_type, str) and msg_type in known else UNKNOWN_TAG
 
-    return tag
+    tagged = functools.reduce(operator.or_, (*members, Annotated[UnknownMessage, Tag(UNKNOWN_TAG)]))
+    return TypeAdapter(Annotated[tagged, Discriminator(tag_of)])
+
+
+def parsed_or_invalid(
+    msg_type: str, field: str, model: type[BaseModel], data: Any, describe: Callable[[str], str]
+) -> dict[str, Any]:
+    """A message's fields, for a `before` validator: `field` holds `data` validated as `model`, or,
+    when it is not valid, `invalid` holds the error to send (the session decides when, in turn)."""
+    try:
+        return {"type": msg_type, field: model.model_validate(data)}
+    except ValidationError as exc:
+        return {"type": msg_type, "invalid": describe(str(exc))}
 
 
 class TypedMessage(BaseModel):

@@ -9,19 +9,9 @@ request, or the error it earns); the server events add what a live RTP track nee
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Discriminator,
-    Field,
-    Tag,
-    TypeAdapter,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .codec import (
     BINARY_NOT_SUPPORTED,
@@ -29,9 +19,9 @@ from .codec import (
     ServerEvent,
     TypedMessage,
     UnknownMessage,
-    decode_object,
-    message_tag,
-    validate_message,
+    decode_message,
+    message_parser,
+    parsed_or_invalid,
 )
 
 WEBSOCKET_PATH = "/v1/realtime/video"
@@ -71,6 +61,10 @@ def invalid_start_error(details: str) -> str:
 
 def model_mismatch_error(requested: str, served: str) -> str:
     return f"Model mismatch: request specifies '{requested}' but server is running '{served}'."
+
+
+def invalid_interaction_error(details: str) -> str:
+    return f"Invalid session.interaction: {details}"
 
 
 def unknown_message_type_error(msg_type: Any) -> str:
@@ -199,13 +193,8 @@ class StartMessage(TypedMessage):
     def _parse_request(cls, data: dict[str, Any]) -> dict[str, Any]:
         if data.get("format", "m4s") != "m4s":  # fMP4 is meaningless over RTP, but only "m4s" is valid upstream
             return {"type": "session.start", "invalid": INVALID_FORMAT}
-        try:
-            return {
-                "type": "session.start",
-                "request": VideoGenerationRequest.model_validate(coerce_start_fields(data)),
-            }
-        except ValidationError as exc:
-            return {"type": "session.start", "invalid": invalid_start_error(str(exc))}
+        fields = coerce_start_fields(data)
+        return parsed_or_invalid("session.start", "request", VideoGenerationRequest, fields, invalid_start_error)
 
 
 class InteractionMessage(TypedMessage):
@@ -218,10 +207,9 @@ class InteractionMessage(TypedMessage):
     @model_validator(mode="before")
     @classmethod
     def _parse_interaction(cls, data: dict[str, Any]) -> dict[str, Any]:
-        try:
-            return {"type": "session.interaction", "interaction": Interaction.model_validate(data.get("interaction"))}
-        except ValidationError as exc:
-            return {"type": "session.interaction", "invalid": f"Invalid session.interaction: {exc}"}
+        return parsed_or_invalid(
+            "session.interaction", "interaction", Interaction, data.get("interaction"), invalid_interaction_error
+        )
 
 
 class StopMessage(TypedMessage):
@@ -236,20 +224,8 @@ class PromptUpdateMessage(TypedMessage):
     type: Literal["session.prompt_update"]
 
 
-ClientMessage = Annotated[
-    Annotated[StartMessage, Tag("session.start")]
-    | Annotated[InteractionMessage, Tag("session.interaction")]
-    | Annotated[StopMessage, Tag("session.stop")]
-    | Annotated[PingMessage, Tag("session.ping")]
-    | Annotated[PromptUpdateMessage, Tag("session.prompt_update")]
-    | Annotated[UnknownMessage, Tag("unknown")],
-    Discriminator(
-        message_tag(
-            frozenset({"session.start", "session.interaction", "session.stop", "session.ping", "session.prompt_update"})
-        )
-    ),
-]
-_PARSER: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
+ClientMessage = StartMessage | InteractionMessage | StopMessage | PingMessage | PromptUpdateMessage | UnknownMessage
+_PARSER = message_parser(ClientMessage)
 
 
 def decode(raw: str, *, awaiting_start: bool) -> ClientMessage | Refusal:
@@ -257,20 +233,17 @@ def decode(raw: str, *, awaiting_start: bool) -> ClientMessage | Refusal:
     every refusal ends the reference's session."""
     if len(raw.encode()) > (MAX_START_MESSAGE_BYTES if awaiting_start else MAX_CONTROL_MESSAGE_BYTES):
         return Refusal(START_TOO_LARGE, True) if awaiting_start else Refusal(CONTROL_TOO_LARGE)
-    value = decode_object(
+    return decode_message(
         raw,
+        _PARSER,
         invalid_json=Refusal(INVALID_JSON_IN_START, True) if awaiting_start else Refusal(INVALID_JSON_MESSAGE),
         not_an_object=lambda _v: (
             Refusal(START_NOT_AN_OBJECT, True) if awaiting_start else Refusal(CONTROL_NOT_AN_OBJECT)
         ),
     )
-    if isinstance(value, Refusal):
-        return value
-    return validate_message(_PARSER, value)
 
 
-def decode_binary(data: bytes) -> Refusal:
-    return Refusal(BINARY_NOT_SUPPORTED)
+BINARY_REFUSAL = Refusal(BINARY_NOT_SUPPORTED)
 
 
 # ----------------------------------------------------------------- server events

@@ -12,9 +12,9 @@ from __future__ import annotations
 import base64
 import binascii
 import time
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .codec import (
     BINARY_NOT_SUPPORTED,
@@ -22,9 +22,9 @@ from .codec import (
     ServerEvent,
     TypedMessage,
     UnknownMessage,
-    decode_object,
-    message_tag,
-    validate_message,
+    decode_message,
+    message_parser,
+    parsed_or_invalid,
 )
 
 WEBSOCKET_PATH = "/v1/video/chat/stream"
@@ -149,10 +149,7 @@ class ConfigMessage(TypedMessage):
     @classmethod
     def _parse_config(cls, data: dict[str, Any]) -> dict[str, Any]:
         fields = {k: v for k, v in data.items() if k != "type"}
-        try:
-            return {"type": "session.config", "config": SessionConfig.model_validate(fields)}
-        except ValidationError as exc:
-            return {"type": "session.config", "invalid": invalid_config_error(str(exc))}
+        return parsed_or_invalid("session.config", "config", SessionConfig, fields, invalid_config_error)
 
 
 class FrameMessage(TypedMessage):
@@ -174,12 +171,16 @@ class FrameMessage(TypedMessage):
         return {
             "type": "video.frame",
             "data": "" if not image else image if isinstance(image, str) else None,
-            **{name: data.get(name) for name in _ECHOED_FRAME_FIELDS},
+            **{name: data.get(name) for name in ECHOED_FRAME_FIELDS},
             "received_ts_ms": time.monotonic() * 1000.0,
         }
 
+    def echoed(self) -> dict[str, Any]:
+        """The metadata the reference keeps with the frame and echoes back, by name."""
+        return {name: getattr(self, name) for name in ECHOED_FRAME_FIELDS}
 
-_ECHOED_FRAME_FIELDS = ("frame_id", "pts_ms", "source_pts_ms", "quality_profile", "capture_ts_ms")
+
+ECHOED_FRAME_FIELDS = ("frame_id", "pts_ms", "source_pts_ms", "quality_profile", "capture_ts_ms")
 
 
 class AudioMessage(TypedMessage):
@@ -224,47 +225,42 @@ class PingMessage(TypedMessage):
     type: Literal["ping"]
 
 
-ClientMessage = Annotated[
-    Annotated[ConfigMessage, Tag("session.config")]
-    | Annotated[FrameMessage, Tag("video.frame")]
-    | Annotated[AudioMessage, Tag("audio.chunk")]
-    | Annotated[QueryMessage, Tag("video.query")]
-    | Annotated[DoneMessage, Tag("video.done")]
-    | Annotated[CancelMessage, Tag("response.cancel")]
-    | Annotated[PingMessage, Tag("ping")]
-    | Annotated[UnknownMessage, Tag("unknown")],
-    Discriminator(
-        message_tag(
-            frozenset(
-                {"session.config", "video.frame", "audio.chunk", "video.query", "video.done", "response.cancel", "ping"}
-            )
-        )
-    ),
-]
-_PARSER: TypeAdapter[ClientMessage] = TypeAdapter(ClientMessage)
+ClientMessage = (
+    ConfigMessage
+    | FrameMessage
+    | AudioMessage
+    | QueryMessage
+    | DoneMessage
+    | CancelMessage
+    | PingMessage
+    | UnknownMessage
+)
+_PARSER = message_parser(ClientMessage)
+
+
+def _refuse_reserved(value: dict[str, Any]) -> Refusal | None:
+    """The reference's reader refuses the types reserved for its own queue at once."""
+    msg_type = value.get("type")
+    if isinstance(msg_type, str) and msg_type.startswith(INTERNAL_PREFIX):
+        return Refusal(unknown_type_error(msg_type))
+    return None
 
 
 def decode(raw: str, *, awaiting_config: bool) -> ClientMessage | Refusal:
     """One client message, typed, or refused as the reference's reader refuses it. Before the
     config, what is not a JSON object ends the reference's session."""
-    value = decode_object(
+    return decode_message(
         raw,
+        _PARSER,
         invalid_json=Refusal(INVALID_JSON_IN_CONFIG, True) if awaiting_config else Refusal(INVALID_JSON),
         not_an_object=lambda v: (
             Refusal(expected_config_error(type(v).__name__), True) if awaiting_config else Refusal(NOT_AN_OBJECT)
         ),
+        screen=_refuse_reserved,
     )
-    if isinstance(value, Refusal):
-        return value
-    msg_type = value.get("type")
-    if isinstance(msg_type, str) and msg_type.startswith(INTERNAL_PREFIX):
-        return Refusal(unknown_type_error(msg_type))
-    return validate_message(_PARSER, value)
 
 
-def decode_binary(data: bytes) -> Refusal:
-    """The reference's reader fails on a binary message, which ends its session."""
-    return Refusal(BINARY_NOT_SUPPORTED, True)
+BINARY_REFUSAL = Refusal(BINARY_NOT_SUPPORTED, True)  # the reference's reader fails on binary, ending its session
 
 
 # ----------------------------------------------------------------- server events

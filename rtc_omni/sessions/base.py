@@ -57,6 +57,7 @@ class Session(ABC, Generic[M, E]):
 
     kind: ClassVar[str]
     max_messages: ClassVar[int]  # client messages waiting in the inbox
+    binary_refusal: ClassVar[Refusal]  # the protocol's answer to a binary message
 
     session_id: str
     settings: Settings
@@ -139,7 +140,7 @@ class Session(ABC, Generic[M, E]):
 
     def receive_binary(self, data: bytes) -> None:
         self._touch()
-        self._refuse(self._decode_binary(data))
+        self._refuse(self.binary_refusal)
 
     def _queue_work(self, work: WorkItem) -> None:
         """Queue work for the loop, in order with the client's messages."""
@@ -220,10 +221,6 @@ class Session(ABC, Generic[M, E]):
     @abstractmethod
     def _decode(self, raw: str) -> M | Refusal:
         """The protocol's codec, judged in the session's current state."""
-
-    @abstractmethod
-    def _decode_binary(self, data: bytes) -> Refusal:
-        """The refusal of a binary message."""
 
     @abstractmethod
     async def _handle(self, message: M) -> bool:

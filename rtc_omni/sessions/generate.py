@@ -81,6 +81,7 @@ class GenerateSession(Session[proto.ClientMessage, GenerateEngine]):
 
     kind: ClassVar[str] = "generate"
     max_messages: ClassVar[int] = 64
+    binary_refusal: ClassVar[Refusal] = proto.BINARY_REFUSAL
 
     video: VideoSink
     reserve_recording: Callable[[str], Path] | None = None
@@ -143,9 +144,6 @@ class GenerateSession(Session[proto.ClientMessage, GenerateEngine]):
 
     def _decode(self, raw: str) -> proto.ClientMessage | Refusal:
         return proto.decode(raw, awaiting_start=self.state == "waiting_start")
-
-    def _decode_binary(self, data: bytes) -> Refusal:
-        return proto.decode_binary(data)
 
     def _wait_limit(self) -> float | None:
         if self.state != "waiting_start":

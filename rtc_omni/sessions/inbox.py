@@ -22,32 +22,26 @@ class WorkItem:
 
 class Inbox(Generic[M]):
     def __init__(self, max_messages: int, max_work: int) -> None:
-        self.max_messages = max_messages
-        self.max_work = max_work
         self._items: deque[M | WorkItem] = deque()
-        self._messages = 0
-        self._work = 0
+        self._bounds = {"messages": max_messages, "work": max_work}
+        self._waiting = {"messages": 0, "work": 0}
         self._arrived = asyncio.Event()
 
     def put_message(self, message: M) -> bool:
         """Queue a client message; False (and dropped) when `max_messages` are waiting."""
-        if self._messages >= self.max_messages:
-            return False
-        self._messages += 1
-        self._append(message)
-        return True
+        return self._put(message, "messages")
 
     def put_work(self, work: WorkItem) -> bool:
         """Queue a work item; False (and dropped) when `max_work` are waiting."""
-        if self._work >= self.max_work:
-            return False
-        self._work += 1
-        self._append(work)
-        return True
+        return self._put(work, "work")
 
-    def _append(self, item: M | WorkItem) -> None:
+    def _put(self, item: M | WorkItem, path: str) -> bool:
+        if self._waiting[path] >= self._bounds[path]:
+            return False
+        self._waiting[path] += 1
         self._items.append(item)
         self._arrived.set()
+        return True
 
     async def get(self, timeout: float | None = None) -> M | WorkItem | None:
         """The oldest item, waiting at most `timeout` seconds for one (None: no limit); None when that passed."""
@@ -59,12 +53,9 @@ class Inbox(Generic[M]):
         except TimeoutError:
             return None
         item = self._items.popleft()
-        if isinstance(item, WorkItem):
-            self._work -= 1
-        else:
-            self._messages -= 1
+        self._waiting["work" if isinstance(item, WorkItem) else "messages"] -= 1
         return item
 
     def clear(self) -> None:
         self._items.clear()
-        self._messages = self._work = 0
+        self._waiting = {"messages": 0, "work": 0}

@@ -141,6 +141,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
 
     kind: ClassVar[str] = "understand"
     max_messages: ClassVar[int] = 200
+    binary_refusal: ClassVar[Refusal] = proto.BINARY_REFUSAL
 
     talker: Talker | None = None
 
@@ -203,9 +204,6 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
     def _decode(self, raw: str) -> proto.ClientMessage | Refusal:
         # What follows a queued config is judged as the config's processor will judge it.
         return proto.decode(raw, awaiting_config=self.config is None and not self._config_queued)
-
-    def _decode_binary(self, data: bytes) -> Refusal:
-        return proto.decode_binary(data)
 
     def _reading(self) -> bool:
         return self.state not in ("finishing", "closed")
@@ -338,14 +336,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         self.counters.frames_sampled += 1
         metrics.FRAMES.labels("sampled").inc()
         frame = BufferedFrame(
-            data=raw,
-            frame_id=msg.frame_id,
-            pts_ms=msg.pts_ms,
-            source_pts_ms=msg.source_pts_ms,
-            quality_profile=msg.quality_profile,
-            capture_ts_ms=msg.capture_ts_ms,
-            receiver_received_ts_ms=msg.received_ts_ms,
-            decoded_ready_ts_ms=_now_ms(),
+            data=raw, **msg.echoed(), receiver_received_ts_ms=msg.received_ts_ms, decoded_ready_ts_ms=_now_ms()
         )
         try:
             retained = self._dc_filter is None or await asyncio.to_thread(self._dc_filter.should_retain, image)
