@@ -35,6 +35,12 @@ class Refusal:
     message: str
     ends_reference_session: bool = False
 
+    @classmethod
+    def first_or_later(cls, first: bool, first_message: str, later_message: str) -> Refusal:
+        """The refusal of what had to be the first message (a config, a start), which ends the
+        reference's session, or of a later one, which does not."""
+        return cls(first_message, ends_reference_session=True) if first else cls(later_message)
+
 
 def decode_message(
     raw: str,

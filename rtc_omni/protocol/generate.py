@@ -232,14 +232,12 @@ def decode(raw: str, *, awaiting_start: bool) -> ClientMessage | Refusal:
     """One client message, typed, or refused as the reference refuses it. Before `session.start`,
     every refusal ends the reference's session."""
     if len(raw.encode()) > (MAX_START_MESSAGE_BYTES if awaiting_start else MAX_CONTROL_MESSAGE_BYTES):
-        return Refusal(START_TOO_LARGE, True) if awaiting_start else Refusal(CONTROL_TOO_LARGE)
+        return Refusal.first_or_later(awaiting_start, START_TOO_LARGE, CONTROL_TOO_LARGE)
     return decode_message(
         raw,
         _PARSER,
-        invalid_json=Refusal(INVALID_JSON_IN_START, True) if awaiting_start else Refusal(INVALID_JSON_MESSAGE),
-        not_an_object=lambda _v: (
-            Refusal(START_NOT_AN_OBJECT, True) if awaiting_start else Refusal(CONTROL_NOT_AN_OBJECT)
-        ),
+        invalid_json=Refusal.first_or_later(awaiting_start, INVALID_JSON_IN_START, INVALID_JSON_MESSAGE),
+        not_an_object=lambda _v: Refusal.first_or_later(awaiting_start, START_NOT_AN_OBJECT, CONTROL_NOT_AN_OBJECT),
     )
 
 

@@ -252,15 +252,16 @@ def decode(raw: str, *, awaiting_config: bool) -> ClientMessage | Refusal:
     return decode_message(
         raw,
         _PARSER,
-        invalid_json=Refusal(INVALID_JSON_IN_CONFIG, True) if awaiting_config else Refusal(INVALID_JSON),
-        not_an_object=lambda v: (
-            Refusal(expected_config_error(type(v).__name__), True) if awaiting_config else Refusal(NOT_AN_OBJECT)
+        invalid_json=Refusal.first_or_later(awaiting_config, INVALID_JSON_IN_CONFIG, INVALID_JSON),
+        not_an_object=lambda v: Refusal.first_or_later(
+            awaiting_config, expected_config_error(type(v).__name__), NOT_AN_OBJECT
         ),
         screen=_refuse_reserved,
     )
 
 
-BINARY_REFUSAL = Refusal(BINARY_NOT_SUPPORTED, True)  # the reference's reader fails on binary, ending its session
+# The reference's reader fails on a binary message, which ends its session.
+BINARY_REFUSAL = Refusal(BINARY_NOT_SUPPORTED, ends_reference_session=True)
 
 
 # ----------------------------------------------------------------- server events
