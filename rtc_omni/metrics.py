@@ -1,18 +1,28 @@
 """Prometheus metrics, served at `GET /metrics` (behind the token when one is set).
 
 Counters and histograms are process-wide, in one registry, and are updated where things happen;
-the session gauges are read from the live session registries at scrape time.
+the session gauges are read from the live session registries at scrape time, and so are the
+process's resident memory, open file descriptors and asyncio task count, so a leak of any of
+them shows on a dashboard (benchmarks/soak.py watches exactly these).
 """
 
 from __future__ import annotations
 
+import asyncio
 import weakref
 from collections import Counter as Tally
 from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -84,6 +94,22 @@ class _SessionGauges(Collector):
 
 SESSION_GAUGES = _SessionGauges()
 REGISTRY.register(SESSION_GAUGES)
+
+
+class _TaskGauge(Collector):
+    """asyncio tasks alive in the serving loop: every session's tasks must end when it closes."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            tasks = len(asyncio.all_tasks())
+        except RuntimeError:  # scraped outside a running loop (a test collecting directly)
+            tasks = 0
+        yield GaugeMetricFamily("rtc_omni_asyncio_tasks", "asyncio tasks alive in the server's event loop.", tasks)
+
+
+REGISTRY.register(_TaskGauge())
+# process_resident_memory_bytes, process_open_fds, process_cpu_seconds_total (Linux /proc)
+ProcessCollector(registry=REGISTRY)
 
 
 def watch_sessions(registry: Any) -> None:

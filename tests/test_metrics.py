@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -57,3 +59,24 @@ async def test_metrics_need_the_token_when_one_is_set(make_server: ServerFactory
             assert response.status == 401
         async with http.get(server.url + "/metrics", headers={"Authorization": "Bearer s3cret"}) as response:
             assert response.status == 200 and "rtc_omni_sessions" in await response.text()
+
+
+async def test_task_memory_and_fd_gauges_return_after_a_session_ends(
+    server: RunningServer, make_client: ClientFactory
+) -> None:
+    before = await scrape(server)
+    client = await make_client(server, colour="red", tone=440.0, config={"modalities": ["text"]})
+    await client.wait_event("video.frame.ack")
+    await client.ask("hello")
+    during = await scrape(server)
+    await client.close()
+    for _ in range(50):  # the server notices the closed peer within a few hundred ms
+        after = await scrape(server)
+        if value(after, "rtc_omni_asyncio_tasks") <= value(before, "rtc_omni_asyncio_tasks"):
+            break
+        await asyncio.sleep(0.1)
+
+    assert value(during, "rtc_omni_asyncio_tasks") > value(before, "rtc_omni_asyncio_tasks")
+    assert value(after, "rtc_omni_asyncio_tasks") <= value(before, "rtc_omni_asyncio_tasks")
+    assert value(after, "process_resident_memory_bytes") > 0
+    assert value(after, "process_open_fds") > 0

@@ -51,13 +51,17 @@ def test_several_fields_give_several_sentences_and_long_values_are_cut() -> None
     assert "x" * 100 not in message
 
 
-def test_the_reference_prefixes_stay_and_the_details_become_plain() -> None:
-    start = generate_proto.invalid_start_error(validation_error(generate_proto.VideoGenerationRequest, {}))
-    assert start == "Invalid session.start: prompt is required."
-    config = understand_proto.invalid_config_error(validation_error(understand_proto.SessionConfig, {"num_frames": 0}))
-    assert config.startswith("Invalid session config: num_frames should be")
-    interaction = generate_proto.invalid_interaction_error(validation_error(generate_proto.Interaction, {}))
-    assert interaction == "Invalid session.interaction: event is required."
+def test_messages_keep_the_reference_prefix_and_get_plain_details() -> None:
+    """What the page and every client see in the `error` event of a bad message."""
+    start = generate_proto.decode('{"type": "session.start"}', awaiting_start=True)
+    assert isinstance(start, generate_proto.StartMessage)
+    assert start.invalid == "Invalid session.start: prompt is required."
+    interaction = generate_proto.decode('{"type": "session.interaction", "interaction": {}}', awaiting_start=False)
+    assert isinstance(interaction, generate_proto.InteractionMessage)
+    assert interaction.invalid == "Invalid session.interaction: event is required."
+    config = understand_proto.decode('{"type": "session.config", "num_frames": 0}', awaiting_config=True)
+    assert isinstance(config, understand_proto.ConfigMessage)
+    assert config.invalid == "Invalid session config: num_frames should be greater than or equal to 1 (got 0)."
 
 
 def test_settings_errors_name_the_flag_and_the_variable() -> None:

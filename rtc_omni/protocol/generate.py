@@ -1,18 +1,28 @@
 """Messages of a generation session: vLLM-Omni's `/v1/realtime/video` protocol over the DataChannel.
 
-`VideoGenerationRequest` mirrors vLLM-Omni's request model and its resolution rules; the server
-events add what a live RTP track needs (`video.chunk_metadata` per engine chunk, frame counts).
+`VideoGenerationRequest` mirrors vLLM-Omni's request model and its resolution rules; `decode`
+parses each client message once into the `ClientMessage` union (a `session.start` into its
+request, or the error it earns); the server events add what a live RTP track needs
+(`video.chunk_metadata` per engine chunk, frame counts).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .understand import ServerEvent
-from .validation import describe_validation_error
+from .codec import (
+    BINARY_NOT_SUPPORTED,
+    Refusal,
+    ServerEvent,
+    TypedMessage,
+    UnknownMessage,
+    decode_message,
+    message_parser,
+    parsed_or_invalid,
+)
 
 WEBSOCKET_PATH = "/v1/realtime/video"
 DEFAULT_FPS = 24
@@ -44,18 +54,16 @@ def expected_start_error(got: Any) -> str:
     return f"Expected session.start, got: {got}"
 
 
-def invalid_start_error(details: str | ValidationError) -> str:
-    if isinstance(details, ValidationError):
-        details = describe_validation_error(details)
+def invalid_start_error(details: str) -> str:
     return f"Invalid session.start: {details}"
-
-
-def invalid_interaction_error(details: ValidationError) -> str:
-    return f"Invalid session.interaction: {describe_validation_error(details)}"
 
 
 def model_mismatch_error(requested: str, served: str) -> str:
     return f"Model mismatch: request specifies '{requested}' but server is running '{served}'."
+
+
+def invalid_interaction_error(details: str) -> str:
+    return f"Invalid session.interaction: {details}"
 
 
 def unknown_message_type_error(msg_type: Any) -> str:
@@ -169,6 +177,75 @@ class Interaction(BaseModel):
     transition_chunks: int | None = Field(None, ge=0)
 
 
+# ----------------------------------------------------------------- client messages
+
+
+class StartMessage(TypedMessage):
+    """`session.start`: the request, or the error it earns (the format is checked first, as upstream)."""
+
+    type: Literal["session.start"]
+    request: VideoGenerationRequest | None = None
+    invalid: str = ""  # the error to send when the model above is None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse_request(cls, data: dict[str, Any]) -> dict[str, Any]:
+        if data.get("format", "m4s") != "m4s":  # fMP4 is meaningless over RTP, but only "m4s" is valid upstream
+            return {"type": "session.start", "invalid": INVALID_FORMAT}
+        fields = coerce_start_fields(data)
+        return parsed_or_invalid("session.start", "request", VideoGenerationRequest, fields, invalid_start_error)
+
+
+class InteractionMessage(TypedMessage):
+    """`session.interaction`: a prompt change, or why it is invalid."""
+
+    type: Literal["session.interaction"]
+    interaction: Interaction | None = None
+    invalid: str = ""  # the error to send when the model above is None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse_interaction(cls, data: dict[str, Any]) -> dict[str, Any]:
+        return parsed_or_invalid(
+            "session.interaction", "interaction", Interaction, data.get("interaction"), invalid_interaction_error
+        )
+
+
+class StopMessage(TypedMessage):
+    type: Literal["session.stop"]
+
+
+class PingMessage(TypedMessage):
+    type: Literal["session.ping"]
+
+
+class PromptUpdateMessage(TypedMessage):
+    type: Literal["session.prompt_update"]
+
+
+ClientMessage = StartMessage | InteractionMessage | StopMessage | PingMessage | PromptUpdateMessage | UnknownMessage
+_PARSER = message_parser(ClientMessage)
+
+
+def decode(raw: str, *, awaiting_start: bool) -> ClientMessage | Refusal:
+    """One client message, typed, or refused as the reference refuses it. Before `session.start`,
+    every refusal ends the reference's session."""
+    if len(raw.encode()) > (MAX_START_MESSAGE_BYTES if awaiting_start else MAX_CONTROL_MESSAGE_BYTES):
+        return Refusal.first_or_later(awaiting_start, START_TOO_LARGE, CONTROL_TOO_LARGE)
+    return decode_message(
+        raw,
+        _PARSER,
+        invalid_json=Refusal.first_or_later(awaiting_start, INVALID_JSON_IN_START, INVALID_JSON_MESSAGE),
+        not_an_object=lambda _v: Refusal.first_or_later(awaiting_start, START_NOT_AN_OBJECT, CONTROL_NOT_AN_OBJECT),
+    )
+
+
+BINARY_REFUSAL = Refusal(BINARY_NOT_SUPPORTED)
+
+
+# ----------------------------------------------------------------- server events
+
+
 class VideoStart(ServerEvent):
     type: ClassVar[str] = "video.start"
     request_id: str
@@ -220,3 +297,7 @@ class GenerateError(ServerEvent):
     code: str | None = None
     request_id: str | None = None
     event_id: str | None = None
+
+    @property
+    def error_message(self) -> str | None:
+        return self.message

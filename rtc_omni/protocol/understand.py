@@ -1,17 +1,31 @@
 """Messages of an understanding session: vLLM-Omni's `/v1/video/chat/stream` protocol plus our extensions.
 
-Client messages are parsed leniently where the reference is lenient (a `video.frame` keeps whatever
-`frame_id` it carries); server events are pydantic models serialised with `to_wire()`, which keeps
-explicitly passed nulls (the reference echoes them) and drops optional fields that were never set.
+`decode` parses each client message once into one model of the `ClientMessage` union, leniently
+where the reference is lenient (a `video.frame` keeps whatever `frame_id` it carries, undecodable
+audio is dropped), or refuses it with the reference's error string. Server events are pydantic
+models serialised with `to_wire()`, which keeps explicitly passed nulls (the reference echoes them)
+and drops optional fields that were never set.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import time
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .validation import describe_validation_error
+from .codec import (
+    BINARY_NOT_SUPPORTED,
+    Refusal,
+    ServerEvent,
+    TypedMessage,
+    UnknownMessage,
+    decode_message,
+    message_parser,
+    parsed_or_invalid,
+)
 
 WEBSOCKET_PATH = "/v1/video/chat/stream"
 
@@ -27,9 +41,7 @@ NO_FRAMES_BUFFERED = "No frames buffered"
 QUERY_PROCESSING_FAILED = "Query processing failed"
 IDLE_TIMEOUT = "Idle timeout"
 NOT_AVAILABLE = "Streaming video chat is not available"  # a server without this endpoint
-# Our own, in the same style.
-BINARY_NOT_SUPPORTED = "Binary messages are not supported; send JSON text"
-MESSAGE_QUEUE_FULL = "Message queue full; message dropped"
+# Our own, in the same style (and those both protocols share, in codec.py).
 CONFIG_ALREADY_APPLIED = "session.config was already applied"
 ENGINE_STALLED = "Engine stall timeout: no output"
 NO_ACTIVE_RESPONSE = "No active response to cancel"
@@ -39,9 +51,7 @@ def expected_config_error(got: Any) -> str:
     return f"Expected session.config, got: {got}"
 
 
-def invalid_config_error(details: str | ValidationError) -> str:
-    if isinstance(details, ValidationError):
-        details = describe_validation_error(details)
+def invalid_config_error(details: str) -> str:
     return f"Invalid session config: {details}"
 
 
@@ -111,13 +121,149 @@ class SessionConfig(BaseModel):
         return self.TRACK_DEFAULT_FILTER_THRESHOLD
 
 
-class ServerEvent(BaseModel):
-    """Base of every server -> client message."""
+# ----------------------------------------------------------------- client messages
 
-    type: ClassVar[str]
+INTERNAL_PREFIX = "_internal."  # the reference reserves these types for its own queue
 
-    def to_wire(self) -> dict[str, Any]:
-        return {"type": self.type, **self.model_dump(mode="json", exclude_unset=True)}
+
+def _lenient_pcm(data: Any) -> bytes:
+    """Base64 PCM decoded as the reference does: leniently, and b"" for what still fails."""
+    if not isinstance(data, str) or not data:
+        return b""
+    try:
+        return base64.b64decode(data)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+class ConfigMessage(TypedMessage):
+    """`session.config`: the config, or the error its fields earn (sent in turn, after the
+    check that no config was applied yet)."""
+
+    type: Literal["session.config"]
+    config: SessionConfig | None = None
+    invalid: str = ""  # the error to send when the model above is None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse_config(cls, data: dict[str, Any]) -> dict[str, Any]:
+        fields = {k: v for k, v in data.items() if k != "type"}
+        return parsed_or_invalid("session.config", "config", SessionConfig, fields, invalid_config_error)
+
+
+class FrameMessage(TypedMessage):
+    """`video.frame`: a base64 image, and the metadata the reference echoes without checking it."""
+
+    type: Literal["video.frame"]
+    data: str | None  # "" when empty or missing (ignored, as upstream); None when not a string
+    frame_id: Any = None
+    pts_ms: Any = None
+    source_pts_ms: Any = None
+    quality_profile: Any = None
+    capture_ts_ms: Any = None
+    received_ts_ms: float  # when the reader took the message (monotonic ms)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stamp(cls, data: dict[str, Any]) -> dict[str, Any]:
+        image = data.get("data")
+        return {
+            "type": "video.frame",
+            "data": "" if not image else image if isinstance(image, str) else None,
+            **{name: data.get(name) for name in ECHOED_FRAME_FIELDS},
+            "received_ts_ms": time.monotonic() * 1000.0,
+        }
+
+    def echoed(self) -> dict[str, Any]:
+        """The metadata the reference keeps with the frame and echoes back, by name."""
+        return {name: getattr(self, name) for name in ECHOED_FRAME_FIELDS}
+
+
+ECHOED_FRAME_FIELDS = ("frame_id", "pts_ms", "source_pts_ms", "quality_profile", "capture_ts_ms")
+
+
+class AudioMessage(TypedMessage):
+    """`audio.chunk`: 16 kHz mono PCM16."""
+
+    type: Literal["audio.chunk"]
+    pcm: bytes  # b"" when missing or undecodable (dropped silently, as upstream)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _decode(cls, data: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "audio.chunk", "pcm": _lenient_pcm(data.get("data"))}
+
+
+class QueryMessage(TypedMessage):
+    """`video.query`: a question about the buffered frames, with optional audio to buffer first."""
+
+    type: Literal["video.query"]
+    text: str  # any other JSON value is taken as its str(), as upstream's f-strings would
+    pcm: bytes  # `audio_data`, decoded as `audio.chunk`'s
+
+    @model_validator(mode="before")
+    @classmethod
+    def _decode(cls, data: dict[str, Any]) -> dict[str, Any]:
+        text = data.get("text", "")
+        return {
+            "type": "video.query",
+            "text": text if isinstance(text, str) else str(text),
+            "pcm": _lenient_pcm(data.get("audio_data")),
+        }
+
+
+class DoneMessage(TypedMessage):
+    type: Literal["video.done"]
+
+
+class CancelMessage(TypedMessage):
+    type: Literal["response.cancel"]
+
+
+class PingMessage(TypedMessage):
+    type: Literal["ping"]
+
+
+ClientMessage = (
+    ConfigMessage
+    | FrameMessage
+    | AudioMessage
+    | QueryMessage
+    | DoneMessage
+    | CancelMessage
+    | PingMessage
+    | UnknownMessage
+)
+_PARSER = message_parser(ClientMessage)
+
+
+def _refuse_reserved(value: dict[str, Any]) -> Refusal | None:
+    """The reference's reader refuses the types reserved for its own queue at once."""
+    msg_type = value.get("type")
+    if isinstance(msg_type, str) and msg_type.startswith(INTERNAL_PREFIX):
+        return Refusal(unknown_type_error(msg_type))
+    return None
+
+
+def decode(raw: str, *, awaiting_config: bool) -> ClientMessage | Refusal:
+    """One client message, typed, or refused as the reference's reader refuses it. Before the
+    config, what is not a JSON object ends the reference's session."""
+    return decode_message(
+        raw,
+        _PARSER,
+        invalid_json=Refusal.first_or_later(awaiting_config, INVALID_JSON_IN_CONFIG, INVALID_JSON),
+        not_an_object=lambda v: Refusal.first_or_later(
+            awaiting_config, expected_config_error(type(v).__name__), NOT_AN_OBJECT
+        ),
+        screen=_refuse_reserved,
+    )
+
+
+# The reference's reader fails on a binary message, which ends its session.
+BINARY_REFUSAL = Refusal(BINARY_NOT_SUPPORTED, ends_reference_session=True)
+
+
+# ----------------------------------------------------------------- server events
 
 
 class FrameAck(ServerEvent):
@@ -210,3 +356,7 @@ class ErrorEvent(ServerEvent):
     message: str
     request_id: str | None = None
     detail: str | None = None  # extension: why, when the reference string alone says too little
+
+    @property
+    def error_message(self) -> str | None:
+        return self.message

@@ -1,39 +1,34 @@
 """The generation session: one prompt in, one generated video out as a live track.
 
-Transport-agnostic like the understanding session: raw control messages in (`receive_text`),
-JSON events out through `send`, frames out through a `VideoSink` (the outgoing RTP track). It
-owns vLLM-Omni's `/v1/realtime/video` state machine: `session.start` first, then stop, ping,
-interactions, the stall clock, and `session.done` once the last frame has been sent.
+A state machine over the session skeleton (base.py), transport-agnostic like the understanding
+session: control messages parsed by protocol/generate.py in, events out through `send`, frames
+out through a `VideoSink` (the outgoing RTP track). It owns vLLM-Omni's `/v1/realtime/video`
+state machine: `session.start` first, then stop, ping, interactions, the stall clock, and
+`session.done` once the last frame has been sent.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
-from pydantic import ValidationError
 
-from .. import metrics
-from ..config import Settings
 from ..engines.base import ChunkEvents, GenerateEngine, GenerateRequest, VideoChunk
 from ..media.frames import normalize_videos
 from ..media.recorder import Mp4Recorder
 from ..protocol import generate as proto
-from ..protocol.understand import BINARY_NOT_SUPPORTED, MESSAGE_QUEUE_FULL, ServerEvent
-from ..tasks import TaskSet
+from ..protocol.codec import Refusal
+from .base import ENGINE_CALL_TIMEOUT_S, Session
 
 logger = logging.getLogger(__name__)
 
-MAX_MESSAGE_QUEUE = 64
-ENGINE_CALL_TIMEOUT_S = 5.0
 FRAME_IN_FLIGHT_S = 0.05
 DEFAULT_WIDTH, DEFAULT_HEIGHT, DEFAULT_NUM_FRAMES = 832, 480, 132
 
@@ -73,84 +68,50 @@ class _Interaction:
 class GenerateCounters:
     chunks: int = 0
     frames_generated: int = 0
-    errors_sent: int = 0
     interactions: int = 0
 
 
-@dataclass
-class GenerateSession:
+@dataclass(kw_only=True)
+class GenerateSession(Session[proto.ClientMessage, GenerateEngine]):
     """State and behaviour of one streamed generation.
 
-    `strict_reference` gives the reference's session semantics where ours differ (the WebSocket
-    endpoint sets it, docs/websocket.md): a bad `session.start` ends the session, and so does
-    `session.done` or a generation failure (which then sends no `session.done`).
+    With `strict_reference` (docs/websocket.md): a bad `session.start` ends the session, and so
+    does `session.done` or a generation failure (which then sends no `session.done`).
     """
 
-    session_id: str
-    settings: Settings
-    engine: GenerateEngine
-    send: Callable[[dict[str, Any]], None]
+    kind: ClassVar[str] = "generate"
+    max_messages: ClassVar[int] = 64
+    binary_refusal: ClassVar[Refusal] = proto.BINARY_REFUSAL
+
     video: VideoSink
     reserve_recording: Callable[[str], Path] | None = None
-    on_closed: Callable[[GenerateSession], None] | None = None
-    strict_reference: bool = False
 
     state: GenerateState = "waiting_start"
     request_id: str | None = None
     counters: GenerateCounters = field(default_factory=GenerateCounters)
 
     def __post_init__(self) -> None:
-        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(MAX_MESSAGE_QUEUE)
-        self._tasks = TaskSet()
-        self._created_at = self._progress_at = self._last_message_at = time.monotonic()
+        super().__post_init__()
+        self._created_at = self._progress_at = time.monotonic()
         self._stopped = False
         self._engine_finished = False
         self._interactions: dict[str, _Interaction] = {}
         self._frame_size: tuple[int, int] | None = None
         self.recorder: Mp4Recorder | None = None
         self._generation: asyncio.Task[None] | None = None
-        self._closer: asyncio.Task[None] | None = None
-        self.closed = asyncio.Event()
 
     # ----------------------------------------------------------------- lifecycle
 
-    def start(self) -> None:
-        self._tasks.spawn(self._process_messages())
-        self._tasks.spawn(self._watch())
-
-    async def close(self) -> None:
-        """End the session: abort an unfinished generation, cancel every task, finish the recording."""
-        if self.state == "closed":
-            return
+    async def _stop_work(self) -> None:
         generating = self.state == "generating"
         self.state = "closed"
         if generating and not self._engine_finished:
             await self._abort()
-        await self._tasks.cancel_all()
+
+    async def _release(self) -> None:
         self.video.flush()
         if self.recorder is not None:
             await self.recorder.finish()
-        while not self._queue.empty():
-            self._queue.get_nowait()
-        self.closed.set()
-        if self.on_closed is not None:
-            self.on_closed(self)
-
-    def notify(self, message: str) -> None:
-        """Tell the client something as an `error` event (e.g. that the server is going away)."""
-        self._error(message)
-
-    def _close_soon(self) -> None:
-        if self._closer is None:
-            self._closer = asyncio.get_running_loop().create_task(self.close())
-
-    def _emit(self, event: ServerEvent) -> None:
-        if self.state == "closed":
-            return
-        if isinstance(event, proto.GenerateError):
-            self.counters.errors_sent += 1
-            metrics.ERRORS.labels("generate", metrics.error_type(event.message)).inc()
-        self.send(event.to_wire())
 
     def _error(self, message: str, code: str | None = None, event_id: str | None = None) -> None:
         event = proto.GenerateError(message=message)
@@ -162,106 +123,70 @@ class GenerateSession:
             event.event_id = event_id
         self._emit(event)
 
-    def _start_failed(self, message: str) -> None:
-        """A bad `session.start`: the reference ends the session, we keep waiting for a good one."""
-        self._error(message)
-        if self.strict_reference:
-            self._close_soon()
+    def _watch_period(self) -> float:
+        return min(0.25, self.settings.engine_stall_timeout / 4)
 
-    async def _watch(self) -> None:
-        """Start timeout, stall timeout while generating, idle timeout once done."""
-        while True:
-            await asyncio.sleep(min(0.25, self.settings.engine_stall_timeout / 4))
-            now = time.monotonic()
-            if self.state == "waiting_start" and now - self._created_at > self.settings.config_timeout:
-                self._error(proto.TIMEOUT_WAITING_FOR_START)
-                self._close_soon()
-                return
-            if (
-                self.state == "generating"
-                and not self._stopped
-                and now - self._progress_at > self.settings.engine_stall_timeout
-            ):
-                self._error(proto.STALL_TIMEOUT)
-                await self._stop()
-            if self.state == "done" and now - self._last_message_at > self.settings.idle_timeout:
-                self._close_soon()
-                return
+    async def _check_clocks(self, now: float) -> bool:
+        """The stall timeout while generating, the idle timeout once done."""
+        if (
+            self.state == "generating"
+            and not self._stopped
+            and now - self._progress_at > self.settings.engine_stall_timeout
+        ):
+            self._error(proto.STALL_TIMEOUT)
+            await self._stop()
+        if self.state == "done" and now - self._last_activity > self.settings.idle_timeout:
+            self._close_soon()
+            return True
+        return False
 
     # ----------------------------------------------------------------- control messages
 
-    def receive_text(self, raw: str) -> None:
-        if self.state == "closed" or self._closer is not None:
-            return
-        self._last_message_at = time.monotonic()
-        limit = proto.MAX_START_MESSAGE_BYTES if self.state == "waiting_start" else proto.MAX_CONTROL_MESSAGE_BYTES
-        waiting = self.state == "waiting_start"
-        report = self._start_failed if waiting else self._error
-        if len(raw.encode()) > limit:
-            report(proto.START_TOO_LARGE if waiting else proto.CONTROL_TOO_LARGE)
-            return
-        try:
-            msg = json.loads(raw)
-        except (json.JSONDecodeError, RecursionError):
-            report(proto.INVALID_JSON_IN_START if waiting else proto.INVALID_JSON_MESSAGE)
-            return
-        if not isinstance(msg, dict):
-            report(proto.START_NOT_AN_OBJECT if waiting else proto.CONTROL_NOT_AN_OBJECT)
-            return
-        try:
-            self._queue.put_nowait(msg)
-        except asyncio.QueueFull:
-            self._error(MESSAGE_QUEUE_FULL)
+    def _decode(self, raw: str) -> proto.ClientMessage | Refusal:
+        return proto.decode(raw, awaiting_start=self.state == "waiting_start")
 
-    def receive_binary(self, data: bytes) -> None:
-        self._last_message_at = time.monotonic()
-        self._error(BINARY_NOT_SUPPORTED)
+    def _wait_limit(self) -> float | None:
+        if self.state != "waiting_start":
+            return None
+        return max(0.0, self._created_at + self.settings.config_timeout - time.monotonic())
 
-    async def _process_messages(self) -> None:
-        while True:
-            msg = await self._queue.get()
-            try:
-                await self._handle(msg)
-            except Exception:  # a bug must not take the session down
-                logger.exception("session %s: message handling failed", self.session_id)
-                self._error(f"Internal error handling {msg.get('type')!s}")
+    def _wait_expired(self) -> bool:
+        self._error(proto.TIMEOUT_WAITING_FOR_START)
+        self._close_soon()
+        return True
 
-    async def _handle(self, msg: dict[str, Any]) -> None:
-        msg_type = msg.get("type")
+    async def _handle(self, message: proto.ClientMessage) -> bool:
         if self.state == "waiting_start":
-            if msg_type != "session.start":
-                self._start_failed(proto.expected_start_error(msg_type))
-                return
-            await self._handle_start(msg)
-            return
-        if msg_type == "session.start":
-            self._error(proto.START_ALREADY_RECEIVED)
-        elif msg_type == "session.stop":
-            if self.state == "generating":
-                await self._stop()
-        elif msg_type == "session.ping":
-            self._progress_at = time.monotonic()
-            self._emit(proto.SessionPong())
-        elif msg_type == "session.interaction":
-            await self._handle_interaction(msg)
-        elif msg_type == "session.prompt_update":
-            self._error(proto.PROMPT_UPDATE_REPLACED)
-        else:
-            self._error(proto.unknown_message_type_error(msg_type))
+            if isinstance(message, proto.StartMessage):
+                self._handle_start(message)
+            else:  # a bad session.start: the reference ends the session, we keep waiting for a good one
+                self._ends_reference_session(proto.expected_start_error(message.type))
+            return False
+        match message:
+            case proto.StartMessage():
+                self._error(proto.START_ALREADY_RECEIVED)
+            case proto.StopMessage():
+                if self.state == "generating":
+                    await self._stop()
+            case proto.PingMessage():
+                self._progress_at = time.monotonic()
+                self._emit(proto.SessionPong())
+            case proto.InteractionMessage():
+                await self._handle_interaction(message)
+            case proto.PromptUpdateMessage():
+                self._error(proto.PROMPT_UPDATE_REPLACED)
+            case _:
+                self._error(proto.unknown_message_type_error(message.type))
+        return False
 
-    async def _handle_start(self, msg: dict[str, Any]) -> None:
-        output_format = msg.get("format", "m4s")
-        if output_format != "m4s":  # fMP4 is meaningless over RTP, but only "m4s" is valid upstream
-            self._start_failed(proto.INVALID_FORMAT)
-            return
-        try:
-            request = proto.VideoGenerationRequest.model_validate(proto.coerce_start_fields(msg))
-        except ValidationError as exc:
-            self._start_failed(proto.invalid_start_error(str(exc)))
+    def _handle_start(self, message: proto.StartMessage) -> None:
+        request = message.request
+        if request is None:
+            self._ends_reference_session(message.invalid)
             return
         served = self.settings.model
         if request.model is not None and request.model != served:
-            self._start_failed(proto.model_mismatch_error(request.model, served))
+            self._ends_reference_session(proto.model_mismatch_error(request.model, served))
             return
         params = request.resolve_video_params()
         self.request_id = f"video_stream-{uuid.uuid4().hex}"
@@ -293,14 +218,13 @@ class GenerateSession:
         self._emit(proto.VideoStart(request_id=self.request_id, config=request.model_dump(exclude_none=True)))
         self._generation = self._tasks.spawn(self._generate(engine_request))
 
-    async def _handle_interaction(self, msg: dict[str, Any]) -> None:
+    async def _handle_interaction(self, message: proto.InteractionMessage) -> None:
         if self.state != "generating" or self._stopped:
             self._error("No generation in progress", code=proto.INTERACTION_FAILED)
             return
-        try:
-            interaction = proto.Interaction.model_validate(msg.get("interaction"))
-        except ValidationError as exc:
-            self._error(f"Invalid session.interaction: {exc}", code=proto.INVALID_INTERACTION)
+        interaction = message.interaction
+        if interaction is None:
+            self._error(message.invalid, code=proto.INVALID_INTERACTION)
             return
         event_id = interaction.event_id or f"evt-{uuid.uuid4().hex[:12]}"
         if event_id in self._interactions:
@@ -325,13 +249,8 @@ class GenerateSession:
     # ----------------------------------------------------------------- generation
 
     async def _abort(self) -> None:
-        if self.request_id is None:
-            return
-        try:
-            async with asyncio.timeout(ENGINE_CALL_TIMEOUT_S):
-                await self.engine.abort(self.request_id)
-        except Exception:
-            logger.warning("session %s: abort failed", self.session_id, exc_info=True)
+        if self.request_id is not None:
+            await self._abort_request(self.request_id)
 
     async def _stop(self) -> None:
         """`session.stop` or a stall: abort the engine, drop unsent frames, report what was sent."""
@@ -342,8 +261,7 @@ class GenerateSession:
             await self._abort()
         generation = self._generation
         if generation is not None and generation is not asyncio.current_task() and not generation.done():
-            generation.cancel()  # a hung engine may ignore the abort
-            await asyncio.wait([generation], timeout=ENGINE_CALL_TIMEOUT_S)
+            await self._cancel_task(generation)  # a hung engine may ignore the abort
         self.video.flush()
         await self._end_stream()
         await self._finish(stopped=True)
@@ -358,7 +276,7 @@ class GenerateSession:
         if self.state != "generating":
             return
         self.state = "done"
-        self._last_message_at = time.monotonic()
+        self._last_activity = time.monotonic()
         assert self.request_id is not None
         if self.recorder is not None:
             await self.recorder.finish()  # the recording is downloadable once session.done arrives
@@ -453,6 +371,6 @@ class GenerateSession:
             "frames_generated": c.frames_generated,
             "frames_sent": self.video.frames_sent,
             "interactions": c.interactions,
-            "errors_sent": c.errors_sent,
+            "errors_sent": self.errors_sent,
             "recording": self.recorder is not None,
         }

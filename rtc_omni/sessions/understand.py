@@ -1,9 +1,10 @@
 """The understanding session: one live conversation about what the camera sees and the mic hears.
 
-Transport-agnostic: it takes raw control messages (`receive_text`), sampled camera frames and
-16 kHz audio (the `MediaSink` side), and emits JSON events through `send` and speech through a
-`Talker`. It owns the state machine of vLLM-Omni's `/v1/video/chat/stream`: config first, frame
-and audio buffers with EVS, turns, interrupts, `video.done`, and the timeouts around them.
+A state machine over the session skeleton (base.py), transport-agnostic: it takes control
+messages parsed by protocol/understand.py, sampled camera frames and 16 kHz audio (the
+`MediaSink` side), and emits events through `send` and speech through a `Talker`. It owns the
+state machine of vLLM-Omni's `/v1/video/chat/stream`: config first, frame and audio buffers with
+EVS, turns, interrupts, `video.done`, and the timeouts around them.
 """
 
 from __future__ import annotations
@@ -12,21 +13,18 @@ import asyncio
 import base64
 import binascii
 import io
-import json
 import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import numpy as np
 from PIL import Image
-from pydantic import ValidationError
 
 from .. import metrics
-from ..config import Settings
 from ..engines.base import (
     TALKER_SAMPLE_RATE,
     AudioChunk,
@@ -42,18 +40,20 @@ from ..media.evs import FrameSimilarityFilter
 from ..media.vad import SpeechStarted, SpeechStopped
 from ..media.wav import float_to_pcm16, wav_base64
 from ..protocol import understand as proto
-from ..tasks import TaskSet
+from ..protocol.codec import Refusal
 from .audio_buffer import AudioBuffer
+from .base import Session
 from .frame_buffer import BufferedFrame, FrameBuffer
+from .inbox import WorkItem
 from .turn_taking import EchoIgnored, ServerVad
+
+if TYPE_CHECKING:
+    from ..media.ingest import MediaSink
 
 logger = logging.getLogger(__name__)
 
-MAX_MESSAGE_QUEUE = 200
 MAX_HISTORY_MESSAGES = 16
 TRACK_JPEG_QUALITY = 90
-CANCEL_WAIT_S = 5.0
-ENGINE_CALL_TIMEOUT_S = 5.0
 
 SessionState = Literal["configuring", "active", "finishing", "closed"]
 
@@ -96,7 +96,6 @@ class SessionCounters:
     turns_completed: int = 0
     turns_cancelled: int = 0
     turns_failed: int = 0
-    errors_sent: int = 0
 
 
 @dataclass
@@ -116,30 +115,42 @@ class _PendingFrame:
     buffered: bool
 
 
-@dataclass
-class UnderstandSession:
+@dataclass(frozen=True)
+class VadTurn(WorkItem):
+    """Server VAD heard a complete utterance: answer it."""
+
+    name = "vad_turn"
+    audio: bytes
+    speech_ms: float
+
+
+class BargeIn(WorkItem):
+    """Server VAD heard the user talk over the answer: interrupt it."""
+
+    name = "barge_in"
+
+
+@dataclass(kw_only=True)
+class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
     """State and behaviour of one understanding conversation.
 
-    `strict_reference` gives the reference's session semantics where ours differ (the WebSocket
-    endpoint sets it, docs/websocket.md): a bad or missing `session.config` and a binary message
-    end the session, an interrupt by a new query is silent, `response.text.done` goes out at the
-    first audio output, and speech always comes back as `response.audio.delta` events.
+    With `strict_reference` (docs/websocket.md): a bad or missing `session.config` and a binary
+    message end the session, an interrupt by a new query is silent, `response.text.done` goes out
+    at the first audio output, and speech always comes back as `response.audio.delta` events.
     """
 
-    session_id: str
-    settings: Settings
-    engine: UnderstandEngine
-    send: Callable[[dict[str, Any]], None]
+    kind: ClassVar[str] = "understand"
+    max_messages: ClassVar[int] = 200
+    binary_refusal: ClassVar[Refusal] = proto.BINARY_REFUSAL
+
     talker: Talker | None = None
-    on_closed: Callable[[UnderstandSession], None] | None = None
-    strict_reference: bool = False
 
     state: SessionState = "configuring"
     config: proto.SessionConfig | None = None
     counters: SessionCounters = field(default_factory=SessionCounters)
 
     def __post_init__(self) -> None:
-        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(MAX_MESSAGE_QUEUE)
+        super().__post_init__()
         self._explicit_config = False
         self._config_queued = False  # judge what follows a queued config as the config's processor will
         self._frames = FrameBuffer(50)
@@ -151,188 +162,113 @@ class UnderstandSession:
         self._server_vad: ServerVad | None = None
         self._history: deque[dict[str, Any]] = deque(maxlen=MAX_HISTORY_MESSAGES)
         self._turn: _Turn | None = None
-        self._tasks = TaskSet()
-        self._last_activity = time.monotonic()
-        self._closer: asyncio.Task[None] | None = None
-        self.closed = asyncio.Event()
 
     # ----------------------------------------------------------------- lifecycle
 
-    def start(self) -> None:
-        self._tasks.spawn(self._process_messages())
-        self._tasks.spawn(self._watch_idle())
-
-    async def close(self) -> None:
-        """End the session: abort the active request, cancel every task, drop the buffers."""
-        if self.state == "closed":
-            return
+    async def _stop_work(self) -> None:
         self.state = "closed"
         await self._cancel_turn(notify=False)
-        await self._tasks.cancel_all()
+
+    async def _release(self) -> None:
         self._frames = FrameBuffer(1)
         self._latest_track_frame = None
         self._audio.clear()
         self._history.clear()
-        while not self._queue.empty():
-            self._queue.get_nowait()
-        self.closed.set()
-        if self.on_closed is not None:
-            self.on_closed(self)
 
-    def notify(self, message: str) -> None:
-        """Tell the client something as an `error` event (e.g. that the server is going away)."""
-        self._error(message)
-
-    def _close_soon(self) -> None:
-        """Close from inside one of the session's own tasks without cancelling it mid-way."""
-        if self._closer is None:
-            self._closer = asyncio.get_running_loop().create_task(self.close())
-
-    def _emit(self, event: proto.ServerEvent) -> None:
-        if self.state == "closed":
-            return
-        if isinstance(event, proto.ErrorEvent):
-            self.counters.errors_sent += 1
-            metrics.ERRORS.labels("understand", metrics.error_type(event.message)).inc()
-        self.send(event.to_wire())
-
-    def _error(self, message: str, request_id: str | None = None) -> None:
+    def _error(self, message: str, request_id: str | None = None, detail: str | None = None) -> None:
         event = proto.ErrorEvent(message=message)
         if request_id is not None:
             event.request_id = request_id
+        if detail is not None:
+            event.detail = detail
         self._emit(event)
 
     def _ends_reference_session(self, message: str) -> None:
-        """An error the reference ends the session on (a bad first message, a binary message);
-        without `strict_reference` the session goes on (and keeps waiting for a good config)."""
-        self._error(message)
+        """Also stop taking media and messages at once when the session is about to end."""
+        super()._ends_reference_session(message)
         if self.strict_reference:
             self.state = "finishing"
+
+    def _watch_period(self) -> float:
+        return min(1.0, self.settings.idle_timeout / 4)
+
+    async def _check_clocks(self, now: float) -> bool:
+        if now - self._last_activity > self.settings.idle_timeout:
+            self._error(proto.IDLE_TIMEOUT)
             self._close_soon()
-
-    def _touch(self) -> None:
-        self._last_activity = time.monotonic()
-
-    async def _watch_idle(self) -> None:
-        period = min(1.0, self.settings.idle_timeout / 4)
-        while True:
-            await asyncio.sleep(period)
-            if time.monotonic() - self._last_activity > self.settings.idle_timeout:
-                self._error(proto.IDLE_TIMEOUT)
-                self._close_soon()
-                return
+            return True
+        return False
 
     # ----------------------------------------------------------------- control messages
 
-    def receive_text(self, raw: str) -> None:
-        """Take one control message (the reference's reader side: parse, reject, enqueue)."""
-        if self.state in ("finishing", "closed"):
-            return
-        self._touch()
-        awaiting_config = self.config is None and not self._config_queued
-        try:
-            msg = json.loads(raw)
-        except (json.JSONDecodeError, RecursionError):
-            if awaiting_config:
-                self._ends_reference_session(proto.INVALID_JSON_IN_CONFIG)
-            else:
-                self._error(proto.INVALID_JSON)
-            return
-        if not isinstance(msg, dict):
-            if awaiting_config:
-                self._ends_reference_session(proto.expected_config_error(type(msg).__name__))
-            else:
-                self._error(proto.NOT_AN_OBJECT)
-            return
-        msg_type = msg.get("type")
-        if isinstance(msg_type, str) and msg_type.startswith("_internal."):
-            self._error(proto.unknown_type_error(msg_type))
-            return
-        if msg_type == "video.frame":
-            msg["_receiver_received_ts_ms"] = _now_ms()
-        try:
-            self._queue.put_nowait(msg)
-        except asyncio.QueueFull:
-            self._error(proto.MESSAGE_QUEUE_FULL)
-            return
-        if msg_type == "video.done":
-            self.state = "finishing"
-        elif msg_type == "session.config":
+    def _decode(self, raw: str) -> proto.ClientMessage | Refusal:
+        # What follows a queued config is judged as the config's processor will judge it.
+        return proto.decode(raw, awaiting_config=self.config is None and not self._config_queued)
+
+    def _reading(self) -> bool:
+        return self.state not in ("finishing", "closed")
+
+    def _queued(self, message: proto.ClientMessage) -> None:
+        if isinstance(message, proto.DoneMessage):
+            self.state = "finishing"  # the reference stops reading at video.done
+        elif isinstance(message, proto.ConfigMessage):
             self._config_queued = True
 
-    def receive_binary(self, data: bytes) -> None:
-        self._touch()
-        self._ends_reference_session(proto.BINARY_NOT_SUPPORTED)  # the reference's reader fails on binary
+    def _wait_limit(self) -> float | None:
+        return self.settings.config_timeout if self.config is None else None
 
-    async def _process_messages(self) -> None:
-        while True:
-            if self.config is None:
-                timeout = self.settings.config_timeout
-                try:
-                    async with asyncio.timeout(timeout):
-                        msg = await self._queue.get()
-                except TimeoutError:
-                    self._ends_reference_session(proto.TIMEOUT_WAITING_FOR_CONFIG)
-                    if self.strict_reference:
-                        return
-                    self._apply_config(proto.SessionConfig(), explicit=False)
-                    continue
-            else:
-                msg = await self._queue.get()
-            try:
-                done = await self._handle(msg)
-            except Exception:  # a bug must not take the session down
-                logger.exception("session %s: message handling failed", self.session_id)
-                self._error(f"Internal error handling {msg.get('type')!s}")
-                continue
-            if done:
-                return
-
-    async def _handle(self, msg: dict[str, Any]) -> bool:
-        msg_type = msg.get("type")
-        if msg_type == "_internal.vad_turn":  # only the server queues these (clients' are refused)
-            await self._start_turn("", audio=msg["audio"], speech_ms=msg["speech_ms"])
-            return False
-        if msg_type == "_internal.barge_in":
-            await self._cancel_turn(notify=True)
-            return False
-        if msg_type == "session.config":
-            self._handle_config(msg)
-            return False
-        if self.config is None:
-            self._ends_reference_session(proto.expected_config_error(msg_type))
-            return self.strict_reference
-        if msg_type == "video.frame":
-            await self._handle_dc_frame(msg)
-        elif msg_type == "audio.chunk":
-            self._handle_audio_chunk(msg.get("data"))
-        elif msg_type == "video.query":
-            await self._handle_query(msg)
-        elif msg_type == "video.done":
-            await self._finish()
+    def _wait_expired(self) -> bool:
+        """No config in time: the reference ends; we go on with the defaults."""
+        self._ends_reference_session(proto.TIMEOUT_WAITING_FOR_CONFIG)
+        if self.strict_reference:
             return True
-        elif msg_type == "response.cancel":
-            if self._turn is None:
-                self._error(proto.NO_ACTIVE_RESPONSE)
-            else:
-                await self._cancel_turn(notify=True)
-        elif msg_type == "ping":
-            self._emit(proto.Pong())
-        else:
-            self._error(proto.unknown_type_error(msg_type))
+        self._apply_config(proto.SessionConfig(), explicit=False)
         return False
 
-    def _handle_config(self, msg: dict[str, Any]) -> None:
+    async def _do(self, work: WorkItem) -> None:
+        if isinstance(work, VadTurn):
+            await self._start_turn("", audio=work.audio, speech_ms=work.speech_ms)
+        elif isinstance(work, BargeIn):
+            await self._cancel_turn(notify=True)
+        else:
+            await super()._do(work)
+
+    async def _handle(self, message: proto.ClientMessage) -> bool:
+        if isinstance(message, proto.ConfigMessage):
+            self._handle_config(message)
+            return False
+        if self.config is None:
+            self._ends_reference_session(proto.expected_config_error(message.type))
+            return self.strict_reference
+        match message:
+            case proto.FrameMessage():
+                await self._handle_dc_frame(message)
+            case proto.AudioMessage():
+                if message.pcm:
+                    self._append_audio(message.pcm)
+            case proto.QueryMessage():
+                await self._handle_query(message)
+            case proto.DoneMessage():
+                await self._finish()
+                return True
+            case proto.CancelMessage():
+                if self._turn is None:
+                    self._error(proto.NO_ACTIVE_RESPONSE)
+                else:
+                    await self._cancel_turn(notify=True)
+            case proto.PingMessage():
+                self._emit(proto.Pong())
+            case _:
+                self._error(proto.unknown_type_error(message.type))
+        return False
+
+    def _handle_config(self, message: proto.ConfigMessage) -> None:
         if self._explicit_config:
             self._error(proto.CONFIG_ALREADY_APPLIED)
-            return
-        data = {k: v for k, v in msg.items() if k != "type"}
-        try:
-            config = proto.SessionConfig.model_validate(data)
-        except ValidationError as exc:
-            self._ends_reference_session(proto.invalid_config_error(str(exc)))
-            return
-        self._apply_config(config, explicit=True)
+        elif message.config is None:
+            self._ends_reference_session(message.invalid)
+        else:
+            self._apply_config(message.config, explicit=True)
 
     def use_default_config(self) -> None:
         """Take media at once with the defaults (a WHIP publisher never configures); one explicit
@@ -362,6 +298,18 @@ class UnderstandSession:
     # ----------------------------------------------------------------- media in
 
     @property
+    def media_sink(self) -> MediaSink:
+        return self
+
+    @property
+    def has_output(self) -> bool:
+        return self.talker is not None
+
+    def drop_output(self) -> bool:
+        self.talker = None  # speech only as audio events, if the client asks for them
+        return True
+
+    @property
     def sample_fps(self) -> float | None:
         return self.config.sample_fps if self.config is not None and self.state == "active" else None
 
@@ -370,14 +318,14 @@ class UnderstandSession:
         metrics.FRAMES.labels("received").inc()
         self._touch()
 
-    async def _handle_dc_frame(self, msg: dict[str, Any]) -> None:
-        data = msg.get("data")
-        if not data:
+    async def _handle_dc_frame(self, msg: proto.FrameMessage) -> None:
+        data = msg.data
+        if data == "":
             return
         self.counters.frames_received += 1
         metrics.FRAMES.labels("received").inc()
-        if not isinstance(data, str) or len(data) > self.settings.max_frame_size:
-            self._error(proto.FRAME_TOO_LARGE if isinstance(data, str) else proto.INVALID_IMAGE_DATA)
+        if data is None or len(data) > self.settings.max_frame_size:
+            self._error(proto.INVALID_IMAGE_DATA if data is None else proto.FRAME_TOO_LARGE)
             return
         try:
             raw = base64.b64decode(data, validate=True)
@@ -388,14 +336,7 @@ class UnderstandSession:
         self.counters.frames_sampled += 1
         metrics.FRAMES.labels("sampled").inc()
         frame = BufferedFrame(
-            data=raw,
-            frame_id=msg.get("frame_id"),
-            pts_ms=msg.get("pts_ms"),
-            source_pts_ms=msg.get("source_pts_ms"),
-            quality_profile=msg.get("quality_profile"),
-            capture_ts_ms=msg.get("capture_ts_ms"),
-            receiver_received_ts_ms=msg.get("_receiver_received_ts_ms"),
-            decoded_ready_ts_ms=_now_ms(),
+            data=raw, **msg.echoed(), receiver_received_ts_ms=msg.received_ts_ms, decoded_ready_ts_ms=_now_ms()
         )
         try:
             retained = self._dc_filter is None or await asyncio.to_thread(self._dc_filter.should_retain, image)
@@ -476,7 +417,7 @@ class UnderstandSession:
         if isinstance(event, SpeechStarted):
             self._emit(proto.SpeechStartedEvent(audio_start_ms=event.audio_start_ms))
             if detection.interrupt_response and self._turn is not None:
-                self._enqueue_internal({"type": "_internal.barge_in"})
+                self._queue_work(BargeIn())
         elif isinstance(event, SpeechStopped):
             self._emit(proto.SpeechStoppedEvent(audio_end_ms=event.audio_end_ms))
             if not event.is_speech:
@@ -484,15 +425,9 @@ class UnderstandSession:
                 return
             start = event.audio_start_ms - detection.prefix_padding_ms
             audio = self._audio.take_range(start, event.audio_end_ms)
-            self._enqueue_internal({"type": "_internal.vad_turn", "audio": audio, "speech_ms": event.duration_ms})
+            self._queue_work(VadTurn(audio, event.duration_ms))
         else:
             self._audio.drop_until(event.audio_end_ms)
-
-    def _enqueue_internal(self, msg: dict[str, Any]) -> None:
-        try:
-            self._queue.put_nowait(msg)
-        except asyncio.QueueFull:
-            self._error(proto.MESSAGE_QUEUE_FULL)
 
     def add_track_audio(self, pcm16: bytes) -> None:
         if self.state != "active":
@@ -500,22 +435,12 @@ class UnderstandSession:
         self._touch()
         self._append_audio(pcm16)
 
-    def _handle_audio_chunk(self, data: Any) -> None:
-        # The reference decodes audio leniently and drops undecodable chunks silently.
-        if not isinstance(data, str) or not data:
-            return
-        try:
-            pcm = base64.b64decode(data)
-        except (binascii.Error, ValueError):
-            return
-        self._append_audio(pcm)
-
     # ----------------------------------------------------------------- turns
 
-    async def _handle_query(self, msg: dict[str, Any]) -> None:
-        self._handle_audio_chunk(msg.get("audio_data"))
-        text = msg.get("text", "")
-        await self._start_turn(text if isinstance(text, str) else str(text), audio=None, speech_ms=None)
+    async def _handle_query(self, msg: proto.QueryMessage) -> None:
+        if msg.pcm:
+            self._append_audio(msg.pcm)
+        await self._start_turn(msg.text, audio=None, speech_ms=None)
 
     async def _start_turn(self, query: str, audio: bytes | None, speech_ms: float | None) -> None:
         """Interrupt any active turn, then answer from the buffers (or the given speech segment)."""
@@ -551,16 +476,11 @@ class UnderstandSession:
         turn, self._turn = self._turn, None
         if turn is None or turn.task is None or turn.task.done():
             return
-        turn.task.cancel()
-        await asyncio.wait([turn.task], timeout=CANCEL_WAIT_S)
+        await self._cancel_task(turn.task)
         if self.talker is not None:
             self.talker.flush()
         if not turn.engine_finished:
-            try:
-                async with asyncio.timeout(ENGINE_CALL_TIMEOUT_S):
-                    await self.engine.abort(turn.request_id)
-            except Exception:
-                logger.warning("session %s: abort of %s failed", self.session_id, turn.request_id, exc_info=True)
+            await self._abort_request(turn.request_id)
         self.counters.turns_cancelled += 1
         metrics.TURNS.labels("cancelled").inc()
         if notify:
@@ -677,15 +597,8 @@ class UnderstandSession:
         if self._turn is turn:
             self._turn = None
         if not turn.engine_finished:
-            try:
-                async with asyncio.timeout(ENGINE_CALL_TIMEOUT_S):
-                    await self.engine.abort(turn.request_id)
-            except Exception:
-                logger.debug("abort after failure failed", exc_info=True)
-        event = proto.ErrorEvent(message=message, request_id=turn.request_id)
-        if detail is not None:
-            event.detail = detail
-        self._emit(event)
+            await self._abort_request(turn.request_id)
+        self._error(message, request_id=turn.request_id, detail=detail)
         if not turn.text_done_sent:
             self._emit(proto.TextDone(request_id=turn.request_id, text=turn.text))
 
@@ -741,5 +654,5 @@ class UnderstandSession:
             "turns_cancelled": c.turns_cancelled,
             "turns_failed": c.turns_failed,
             "turn_active": self._turn is not None,
-            "errors_sent": c.errors_sent,
+            "errors_sent": self.errors_sent,
         }

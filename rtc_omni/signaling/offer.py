@@ -1,12 +1,14 @@
 """JSON signaling: `POST /v1/rtc/offer`, and stats / teardown of a session by id.
 
-Handlers stay thin: parse and validate, call into the session layer, serialise. `open_session`
-and `parse_sdp` are shared with the WHIP and WHEP endpoints.
+Handlers stay thin: parse and validate, call into the session layer, serialise. `open_session`,
+`parse_sdp` and `refusal` (the one mapping of an unanswerable offer to an HTTP error) are shared
+with the WHIP and WHEP endpoints.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, Literal
 
 from aiohttp import web
@@ -17,8 +19,9 @@ from pydantic import BaseModel, ValidationError
 from ..logs import SESSION_ID
 from ..protocol.validation import describe_validation_error
 from ..sessions.registry import SessionLimitReached, new_session_id
-from .keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
-from .peer import OfferRejected, PeerSession, TooManyPeers
+from .factory import Services
+from .keys import ENGINES, RECORDINGS, REGISTRY
+from .peer import OfferRejected, PeerSession
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +29,7 @@ MAX_OFFER_BYTES = 256 * 1024
 RETRY_AFTER_S = "5"
 CONTROL_KIND = "control"
 OFFER_FAILURES = (OfferRejected, ValueError, RuntimeError)  # what accepting an unusable offer raises
+OFFER_REFUSALS = (SessionLimitReached, *OFFER_FAILURES)  # what `refusal` maps to an HTTP error
 
 
 class OfferRequest(BaseModel):
@@ -52,8 +56,13 @@ def parse_sdp(sdp: str) -> SessionDescription | str:
     return parsed
 
 
-def session_limit_error(exc: Exception) -> web.Response:
-    return json_error(503, str(exc), **{"Retry-After": RETRY_AFTER_S})
+def refusal(exc: Exception, what: str, error: Callable[..., web.Response] = json_error) -> web.Response:
+    """The HTTP answer to an offer that was not answered (one of OFFER_REFUSALS): 503 + Retry-After
+    at a session or peer limit, else 400 through `error` (WHIP and WHEP add their CORS headers)."""
+    if isinstance(exc, SessionLimitReached):
+        return json_error(503, str(exc), **{"Retry-After": RETRY_AFTER_S})
+    logger.info("%s rejected: %s", what, exc)
+    return error(400, f"cannot answer this offer: {exc}")
 
 
 async def open_session(
@@ -61,8 +70,8 @@ async def open_session(
 ) -> tuple[PeerSession, RTCSessionDescription]:
     """Create a registered session from an offer and answer it.
 
-    Raises SessionLimitReached at --max-sessions, or one of OFFER_FAILURES (the session is then
-    already closed and forgotten).
+    Raises one of OFFER_REFUSALS: SessionLimitReached at --max-sessions, or an offer failure (the
+    session is then already closed and forgotten).
     """
     registry = app[REGISTRY]
     registry.check_capacity()
@@ -72,15 +81,7 @@ async def open_session(
     async def forget(_peer: PeerSession) -> None:
         registry.remove(session_id)
 
-    peer = PeerSession(
-        session_id,
-        kind,
-        app[SETTINGS],
-        app[ENGINES],
-        on_closed=forget,
-        recordings=app[RECORDINGS],
-        ingest_only=ingest_only,
-    )
+    peer = PeerSession(session_id, kind, Services.of(app), on_closed=forget, ingest_only=ingest_only)
     registry.add(peer)
     try:
         answer = await peer.accept(RTCSessionDescription(sdp=sdp, type="offer"))
@@ -117,11 +118,8 @@ async def post_offer(request: web.Request) -> web.Response:
         return await _attach_controller(request, offer)
     try:
         peer, answer = await open_session(request.app, offer.kind, offer.sdp)
-    except SessionLimitReached as exc:
-        return session_limit_error(exc)
-    except OFFER_FAILURES as exc:
-        logger.info("offer rejected: %s", exc)
-        return json_error(400, f"cannot answer this offer: {exc}")
+    except OFFER_REFUSALS as exc:
+        return refusal(exc, "offer")
     return web.json_response({"sdp": answer.sdp, "type": answer.type, "session_id": peer.session_id})
 
 
@@ -134,11 +132,8 @@ async def _attach_controller(request: web.Request, offer: OfferRequest) -> web.R
         return json_error(404, "no such session")
     try:
         _controller, answer = await peer.attach(RTCSessionDescription(sdp=offer.sdp, type="offer"), "controller")
-    except TooManyPeers as exc:
-        return session_limit_error(exc)
-    except OFFER_FAILURES as exc:
-        logger.info("controller offer rejected: %s", exc)
-        return json_error(400, f"cannot answer this offer: {exc}")
+    except OFFER_REFUSALS as exc:
+        return refusal(exc, "controller offer")
     return web.json_response({"sdp": answer.sdp, "type": answer.type, "session_id": peer.session_id})
 
 

@@ -24,17 +24,14 @@ from aiortc.mediastreams import MediaStreamTrack
 from aiortc.sdp import SessionDescription
 
 from ..config import Settings
-from ..engines import Engines
 from ..media.ingest import discard, start_ingest
 from ..media.jitter import release_frames_when_complete
 from ..media.shared_encode import SHARED_CODECS, SharedEncoder
 from ..media.talker import TalkerAudioTrack
 from ..media.video_out import GeneratedVideoTrack
-from ..sessions.generate import GenerateSession
-from ..sessions.recordings import RecordingStore
-from ..sessions.registry import new_session_id
-from ..sessions.understand import UnderstandSession
+from ..sessions.registry import SessionLimitReached, new_session_id
 from ..tasks import TaskSet
+from .factory import Services, create_session
 from .ice import advertise_public_addresses, configured_ice_servers, keep_consent_while, rtc_configuration
 
 logger = logging.getLogger(__name__)
@@ -49,7 +46,7 @@ class OfferRejected(Exception):
     """The offer cannot carry this kind of session."""
 
 
-class TooManyPeers(Exception):
+class TooManyPeers(SessionLimitReached):
     """The session already has MAX_ATTACHED_PEERS controllers and viewers."""
 
 
@@ -174,7 +171,8 @@ class _PeerLink:
 
 
 class PeerSession(_PeerLink):
-    """A session of either kind and the peer connection that created it.
+    """A session of any kind and the peer connection that created it; it carries the session's
+    events on its `control` channels and its speech or video on one outgoing track.
 
     `ingest_only` (a WHIP publisher): the answer is recvonly, an understanding session takes media
     at once with the default config, and control and outgoing media reach only attached peers.
@@ -184,47 +182,37 @@ class PeerSession(_PeerLink):
         self,
         session_id: str,
         kind: str,
-        settings: Settings,
-        engines: Engines,
+        services: Services,
         on_closed: Callable[[PeerSession], Awaitable[None] | None],
-        recordings: RecordingStore | None = None,
         ingest_only: bool = False,
     ) -> None:
-        super().__init__(f"session {session_id}", settings)
+        super().__init__(f"session {session_id}", services.settings)
         self.session_id = session_id
         self.kind = kind
         self.ingest_only = ingest_only
         self.channels = ControlChannels()
-        self.session: UnderstandSession | GenerateSession
         self.outgoing: TalkerAudioTrack | GeneratedVideoTrack
-        if kind == "understand":
-            assert engines.understand is not None
-            talker = self.outgoing = TalkerAudioTrack()
-            self.session = UnderstandSession(
-                session_id=session_id,
-                settings=settings,
-                engine=engines.understand,
-                send=self.channels.send,
-                talker=talker,
-                on_closed=lambda _session: self._close_soon(),
-            )
-        else:
-            assert engines.generate is not None
-            video = self.outgoing = GeneratedVideoTrack()
-            self.session = GenerateSession(
-                session_id=session_id,
-                settings=settings,
-                engine=engines.generate,
-                send=self.channels.send,
-                video=video,
-                reserve_recording=recordings.reserve if recordings else None,
-                on_closed=lambda _session: self._close_soon(),
-            )
+        self.session = create_session(
+            kind, session_id, services, self, publisher=ingest_only, on_closed=self._close_soon
+        )
         self._on_closed = on_closed
         self._last_rtp_at = time.monotonic()
         self._relay = MediaRelay()
         self._encoders: dict[str, SharedEncoder] = {}  # by codec MIME type, while they have viewers
         self.attached: set[AttachedPeer] = set()
+
+    # ----------------------------------------------------------------- the session's carrier
+
+    def send(self, event: dict[str, Any]) -> None:
+        self.channels.send(event)
+
+    def talker(self) -> TalkerAudioTrack:
+        self.outgoing = talker = TalkerAudioTrack()
+        return talker
+
+    def video(self) -> GeneratedVideoTrack:
+        self.outgoing = video = GeneratedVideoTrack()
+        return video
 
     # ----------------------------------------------------------------- setup
 
@@ -233,15 +221,13 @@ class PeerSession(_PeerLink):
         self.pc.on("track", self._on_track)
         await self.pc.setRemoteDescription(offer)
         release_frames_when_complete(self.pc)
+        media = self.outgoing.kind
         if self.ingest_only:
-            if isinstance(self.session, UnderstandSession):
-                self.session.use_default_config()
-        elif self._offers(self.outgoing.kind):
+            pass  # a publisher receives nothing: attached peers take the output
+        elif self._offers(media):
             self.pc.addTrack(self.subscribe_outgoing())
-        elif isinstance(self.session, UnderstandSession):
-            self.session.talker = None  # no audio m-line: speech only as audio events, if asked for
-        else:
-            raise OfferRejected("a generate session needs a video m-line to receive the generated video")
+        elif not self.session.drop_output():
+            raise OfferRejected(f"a {self.kind} session needs a {media} m-line to receive the generated {media}")
         answer = await self._answer()
         if self.ingest_only:
             keep_consent_while(self.pc, self._publisher_media_arriving)
@@ -291,7 +277,7 @@ class PeerSession(_PeerLink):
     @property
     def has_outgoing(self) -> bool:
         """False for an understanding session whose peer offered no audio (it has no talker)."""
-        return not isinstance(self.session, UnderstandSession) or self.session.talker is not None
+        return self.session.has_output
 
     async def attach(self, offer: RTCSessionDescription, name: str) -> tuple[AttachedPeer, RTCSessionDescription]:
         """Answer a further peer on this session (a controller or a viewer); see AttachedPeer."""
@@ -312,8 +298,9 @@ class PeerSession(_PeerLink):
         return self.channels, self.session
 
     def _on_track(self, track: MediaStreamTrack) -> None:
-        if isinstance(self.session, UnderstandSession):
-            start_ingest(track, self.session, self._tasks.spawn)
+        sink = self.session.media_sink
+        if sink is not None:
+            start_ingest(track, sink, self._tasks.spawn)
         else:
             self._tasks.spawn(discard(track))  # a generation takes no media, but aiortc's queue must drain
 

@@ -23,11 +23,10 @@ from ..logs import SESSION_ID
 from ..media.fmp4_sink import Fmp4ChunkSink
 from ..protocol import generate as generate_proto
 from ..protocol import understand as understand_proto
-from ..sessions.generate import GenerateSession
 from ..sessions.registry import SessionLimitReached, new_session_id
-from ..sessions.understand import UnderstandSession
 from ..tasks import TaskSet
-from .keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
+from .factory import AnySession, KindNotServed, Services, create_session
+from .keys import REGISTRY, SETTINGS
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +81,29 @@ class Outbox:
             logger.info("websocket outbox not drained after %.1f s", timeout)
 
 
+class WebSocketCarrier:
+    """A WebSocket client's carrier: events as JSON text, no talker (speech comes as audio events),
+    generated video as fMP4 binary messages, each announced by its event (media/fmp4_sink.py)."""
+
+    def __init__(self, outbox: Outbox, audio_events: str) -> None:
+        self._outbox = outbox
+        self._send_json = _with_audio_names(outbox.send_json, audio_events)
+        self.sink: Fmp4ChunkSink | None = None
+
+    def send(self, event: dict[str, Any]) -> None:
+        if self.sink is not None:
+            self.sink.send_event(event)  # in order with the video's binary messages
+        else:
+            self._send_json(event)
+
+    def talker(self) -> None:
+        return None
+
+    def video(self) -> Fmp4ChunkSink:
+        self.sink = Fmp4ChunkSink(self._send_json, self._outbox.send_bytes)
+        return self.sink
+
+
 class WebSocketSession:
     """One session and the WebSocket that carries it; registered like a peer session."""
 
@@ -90,11 +112,11 @@ class WebSocketSession:
         session_id: str,
         ws: web.WebSocketResponse,
         outbox: Outbox,
-        session: UnderstandSession | GenerateSession,
+        session: AnySession,
         sink: Fmp4ChunkSink | None = None,
     ) -> None:
         self.session_id = session_id
-        self.kind = "understand" if isinstance(session, UnderstandSession) else "generate"
+        self.kind = session.kind
         self.ws = ws
         self.outbox = outbox
         self.session = session
@@ -162,39 +184,19 @@ def _with_audio_names(send: Callable[[dict[str, Any]], None], prefix: str) -> Ca
 async def _serve(request: web.Request, kind: str, max_msg_size: int) -> web.WebSocketResponse:
     ws = web.WebSocketResponse(max_msg_size=max_msg_size)
     await ws.prepare(request)
-    app = request.app
-    settings, engines, registry = app[SETTINGS], app[ENGINES], app[REGISTRY]
+    services, registry = Services.of(request.app), request.app[REGISTRY]
     session_id, outbox = new_session_id(), Outbox(ws)
     SESSION_ID.set(session_id)
-    session: UnderstandSession | GenerateSession
-    sink = None
-    if engines.understand is not None and kind == "understand":
-        session = UnderstandSession(
-            session_id=session_id,
-            settings=settings,
-            engine=engines.understand,
-            send=_with_audio_names(outbox.send_json, settings.websocket_audio_events),
-            strict_reference=True,
-        )
-    elif engines.generate is not None and kind == "generate":
-        sink = Fmp4ChunkSink(outbox.send_json, outbox.send_bytes)
-        session = GenerateSession(
-            session_id=session_id,
-            settings=settings,
-            engine=engines.generate,
-            send=sink.send_event,
-            video=sink,
-            reserve_recording=app[RECORDINGS].reserve,
-            strict_reference=True,
-        )
-    else:
-        not_served = understand_proto.NOT_AVAILABLE if kind == "understand" else generate_proto.NOT_AVAILABLE
-        return await _refuse(ws, not_served)
+    carrier = WebSocketCarrier(outbox, services.settings.websocket_audio_events)
+    try:
+        session = create_session(kind, session_id, services, carrier, strict_reference=True)
+    except KindNotServed as exc:
+        return await _refuse(ws, str(exc))
     try:
         registry.check_capacity()
     except SessionLimitReached as exc:
         return await _refuse(ws, str(exc))
-    binding = WebSocketSession(session_id, ws, outbox, session, sink)
+    binding = WebSocketSession(session_id, ws, outbox, session, carrier.sink)
     registry.add(binding)
     try:
         await binding.serve()

@@ -11,16 +11,12 @@ candidates, `DELETE` ends the viewer only.
 
 from __future__ import annotations
 
-import logging
-
 from aiohttp import web
 from aiortc import RTCSessionDescription
 
-from .offer import OFFER_FAILURES, find_peer_session, parse_sdp, session_limit_error
-from .peer import AttachedPeer, TooManyPeers
+from .offer import OFFER_REFUSALS, find_peer_session, parse_sdp, refusal
+from .peer import AttachedPeer
 from .whip import CORS, SDP, cors_error, created, preflight, trickle
-
-logger = logging.getLogger(__name__)
 
 WHEP_PATH = "/whep"
 
@@ -53,11 +49,8 @@ async def post(request: web.Request) -> web.Response:
         return cors_error(422, f"this session sends {kind if peer.has_outgoing else 'no media'}; offer to receive it")
     try:
         viewer, answer = await peer.attach(RTCSessionDescription(sdp=sdp, type="offer"), "WHEP viewer")
-    except TooManyPeers as exc:
-        return session_limit_error(exc)
-    except OFFER_FAILURES as exc:
-        logger.info("WHEP offer rejected: %s", exc)
-        return cors_error(400, f"cannot answer this offer: {exc}")
+    except OFFER_REFUSALS as exc:
+        return refusal(exc, "WHEP offer", cors_error)
     return created(request, viewer_path(peer.session_id, viewer.resource_id), answer, viewer.pc, viewer.resource_id)
 
 

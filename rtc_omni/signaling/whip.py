@@ -9,19 +9,14 @@ the session through attached peers (`kind: "control"` on /v1/rtc/offer).
 
 from __future__ import annotations
 
-import logging
-
 from aiohttp import web
 from aiortc import RTCIceCandidate, RTCPeerConnection, RTCSessionDescription
 from aiortc.sdp import SessionDescription, candidate_from_sdp
 from multidict import CIMultiDict
 
-from ..sessions.registry import SessionLimitReached
 from .ice import configured_ice_servers, link_headers
 from .keys import ENGINES, SETTINGS
-from .offer import OFFER_FAILURES, find_peer_session, json_error, open_session, parse_sdp, session_limit_error
-
-logger = logging.getLogger(__name__)
+from .offer import OFFER_REFUSALS, find_peer_session, json_error, open_session, parse_sdp, refusal
 
 SDP = "application/sdp"
 SDPFRAG = "application/trickle-ice-sdpfrag"
@@ -98,11 +93,8 @@ async def post(request: web.Request) -> web.Response:
         return cors_error(422, problem)
     try:
         peer, answer = await open_session(request.app, "understand", sdp, ingest_only=True)
-    except SessionLimitReached as exc:
-        return session_limit_error(exc)
-    except OFFER_FAILURES as exc:
-        logger.info("WHIP offer rejected: %s", exc)
-        return cors_error(400, f"cannot answer this offer: {exc}")
+    except OFFER_REFUSALS as exc:
+        return refusal(exc, "WHIP offer", cors_error)
     return created(request, resource_path(peer.session_id), answer, peer.pc, peer.session_id)
 
 

@@ -1,0 +1,126 @@
+"""What every protocol's codec shares: JSON text in, one typed message or a refusal out; events out.
+
+A protocol module (understand.py, generate.py) parses each client message once, here at the
+boundary, into a pydantic model of its own discriminated union, or refuses it with the exact error
+string its reference sends. Sessions take only the typed messages, and emit `ServerEvent`s.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, TypeVar, get_args
+
+from pydantic import BaseModel, Discriminator, Tag, TypeAdapter, ValidationError
+
+from .validation import describe_validation_error
+
+logger = logging.getLogger(__name__)
+M = TypeVar("M")
+
+# Our own errors, shared by both vLLM-Omni protocols.
+BINARY_NOT_SUPPORTED = "Binary messages are not supported; send JSON text"
+MESSAGE_QUEUE_FULL = "Message queue full; message dropped"
+
+UNKNOWN_TAG = "unknown"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A client message refused before it was queued: the error to send, and whether the reference
+    ends its session on it (a bad first message; without `strict_reference` the session goes on)."""
+
+    message: str
+    ends_reference_session: bool = False
+
+    @classmethod
+    def first_or_later(cls, first: bool, first_message: str, later_message: str) -> Refusal:
+        """The refusal of what had to be the first message (a config, a start), which ends the
+        reference's session, or of a later one, which does not."""
+        return cls(first_message, ends_reference_session=True) if first else cls(later_message)
+
+
+def decode_message(
+    raw: str,
+    parser: TypeAdapter[M],
+    *,
+    invalid_json: Refusal,
+    not_an_object: Callable[[Any], Refusal],
+    screen: Callable[[dict[str, Any]], Refusal | None] = lambda _value: None,
+) -> M | Refusal:
+    """One client message: JSON, then an object, then `screen`ed, then typed by the protocol's
+    `parser`; at the first step it fails, the protocol's refusal."""
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, RecursionError):
+        return invalid_json
+    if not isinstance(value, dict):
+        return not_an_object(value)
+    refused = screen(value)
+    if refused is not None:
+        return refused
+    try:
+        return parser.validate_python(value)
+    except Exception:  # a validator's bug is refused as the loop refuses a handler's, never raised
+        logger.exception("parsing a %r message failed", value.get("type"))
+        return Refusal(f"Internal error handling {value.get('type')!s}")
+
+
+def message_parser(union: Any) -> TypeAdapter[Any]:
+    """The parser of a protocol's union of `TypedMessage`s, discriminated by each one's `type`
+    Literal; any other `type` (missing, not a string, not defined) parses as `UnknownMessage`."""
+    tags = {}
+    for model in get_args(union):
+        literal = get_args(model.model_fields["type"].annotation)  # () for UnknownMessage's Any
+        if literal:
+            tags[literal[0]] = model
+    members = tuple(Annotated[model, Tag(tag)] for tag, model in tags.items())
+    known = frozenset(tags)
+
+    def tag_of(value: Any) -> str:
+        msg_type = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+        return msg_type if isinstance(msg_type, str) and msg_type in known else UNKNOWN_TAG
+
+    tagged = functools.reduce(operator.or_, (*members, Annotated[UnknownMessage, Tag(UNKNOWN_TAG)]))
+    return TypeAdapter(Annotated[tagged, Discriminator(tag_of)])
+
+
+def parsed_or_invalid(
+    msg_type: str, field: str, model: type[BaseModel], data: Any, describe: Callable[[str], str]
+) -> dict[str, Any]:
+    """A message's fields, for a `before` validator: `field` holds `data` validated as `model`, or,
+    when it is not valid, `invalid` holds the error to send (the session decides when, in turn)."""
+    try:
+        return {"type": msg_type, field: model.model_validate(data)}
+    except ValidationError as exc:
+        return {"type": msg_type, "invalid": describe(describe_validation_error(exc))}
+
+
+class TypedMessage(BaseModel):
+    """Base of every parsed client message; `type` is the raw value for unknown messages."""
+
+    type: Any
+
+
+class UnknownMessage(TypedMessage):
+    """Any message whose `type` the protocol does not define; its error names the raw `type`."""
+
+    type: Any = None
+
+
+class ServerEvent(BaseModel):
+    """Base of every server -> client message."""
+
+    type: ClassVar[str]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": self.type, **self.model_dump(mode="json", exclude_unset=True)}
+
+    @property
+    def error_message(self) -> str | None:
+        """The message of an `error` event (sessions count them), None for every other event."""
+        return None
