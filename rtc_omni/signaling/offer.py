@@ -17,14 +17,13 @@ from pydantic import BaseModel, ValidationError
 from ..logs import SESSION_ID
 from ..sessions.registry import SessionLimitReached, new_session_id
 from .keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
-from .peer import OfferRejected, PeerSession, TooManyPeers
+from .peer import OFFER_FAILURES, PeerSession, TooManyPeers, closed_on_failure
 
 logger = logging.getLogger(__name__)
 
 MAX_OFFER_BYTES = 256 * 1024
 RETRY_AFTER_S = "5"
 CONTROL_KIND = "control"
-OFFER_FAILURES = (OfferRejected, ValueError, RuntimeError)  # what accepting an unusable offer raises
 
 
 class OfferRequest(BaseModel):
@@ -48,6 +47,11 @@ def parse_sdp(sdp: str) -> SessionDescription | str:
         return f"unparsable SDP: {exc}"
     if not parsed.media:
         return "SDP has no media sections"
+    for index, media in enumerate(parsed.media):
+        if media.dtls is None:  # aiortc would fail on it deep inside createAnswer
+            return f"media section {index} ({media.kind}) has no a=setup and a=fingerprint: DTLS is required"
+        if media.rtp.muxId == "":
+            return f"media section {index} ({media.kind}) has an empty a=mid"
     return parsed
 
 
@@ -81,11 +85,8 @@ async def open_session(
         ingest_only=ingest_only,
     )
     registry.add(peer)
-    try:
+    async with closed_on_failure(peer):
         answer = await peer.accept(RTCSessionDescription(sdp=sdp, type="offer"))
-    except OFFER_FAILURES:
-        await peer.close()
-        raise
     return peer, answer
 
 

@@ -15,7 +15,8 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 from aiortc import RTCDataChannel, RTCPeerConnection, RTCRtpTransceiver, RTCSessionDescription
@@ -48,6 +49,26 @@ CHANNEL_DRAIN_S = 1.0
 
 class OfferRejected(Exception):
     """The offer cannot carry this kind of session."""
+
+
+OFFER_FAILURES = (OfferRejected, ValueError, RuntimeError)  # what accepting an unusable offer raises
+
+
+@asynccontextmanager
+async def closed_on_failure(link: _PeerLink) -> AsyncIterator[None]:
+    """Close `link` if accepting its offer fails in any way, even by a cancelled request.
+
+    aiortc raises assorted errors (AttributeError, KeyError ...) deep inside on offers it cannot
+    use: anything but OFFER_FAILURES becomes OfferRejected (a 400), logged with its traceback.
+    """
+    try:
+        yield
+    except BaseException as exc:
+        await asyncio.shield(link.close())
+        if isinstance(exc, Exception) and not isinstance(exc, OFFER_FAILURES):
+            logger.warning("%s: accepting the offer failed unexpectedly", link.name, exc_info=exc)
+            raise OfferRejected(f"{type(exc).__name__}: {exc}") from exc
+        raise
 
 
 class TooManyPeers(Exception):
@@ -300,11 +321,9 @@ class PeerSession(_PeerLink):
             raise TooManyPeers(f"session already has {MAX_ATTACHED_PEERS} attached peers")
         peer = AttachedPeer(self, name)
         self.attached.add(peer)
-        try:
-            return peer, await peer.accept(offer)
-        except Exception:
-            await peer.close()
-            raise
+        async with closed_on_failure(peer):
+            answer = await peer.accept(offer)
+        return peer, answer
 
     def find_attached(self, resource_id: str) -> AttachedPeer | None:
         return next((p for p in self.attached if p.resource_id == resource_id), None)
