@@ -121,6 +121,12 @@ class Settings(BaseModel):
         description="Longest video.frame base64 string accepted (the reference's 10 MiB; SCTP further "
         "limits one DataChannel message to 256 KiB).",
     )
+    max_image_pixels: int = Field(
+        3840 * 2160,
+        ge=64 * 64,
+        description="Most pixels (width x height) of one camera image: a larger video.frame gets an error before "
+        "it is decoded, a larger RTP frame is scaled down to fit. Default: 4K UHD.",
+    )
     auth_token: str | None = Field(
         None,
         description="Bearer token every HTTP request must carry (Authorization: Bearer ...), except OPTIONS "

@@ -333,7 +333,7 @@ class PeerSession(_PeerLink):
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         if isinstance(self.session, UnderstandSession):
-            start_ingest(track, self.session, self._tasks.spawn)
+            start_ingest(track, self.session, self._tasks.spawn, self.settings.max_image_pixels)
         else:
             self._tasks.spawn(discard(track))  # a generation takes no media, but aiortc's queue must drain
 
