@@ -162,6 +162,16 @@ class Settings(BaseModel):
     synthetic_chunk_latency: float = Field(
         0.5, ge=0, description="Synthetic video engine: seconds to produce each later chunk."
     )
+    max_video_pixels: int = Field(
+        1920 * 1080,
+        ge=1,
+        description="Largest generated frame (width x height) a session.start may ask for; larger gets an error. "
+        "Raise it on a GPU deployment that generates more.",
+    )
+    max_video_fps: int = Field(60, ge=1, description="Highest fps a session.start may ask for.")
+    max_video_frames: int = Field(
+        14_400, ge=1, description="Most frames one generation may ask for (num_frames, or seconds x fps)."
+    )
     recording_dir: str | None = Field(
         None, description="Where `record: true` generations are written (default: a temporary folder)."
     )

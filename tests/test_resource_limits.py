@@ -108,3 +108,51 @@ def test_fitted_size_keeps_the_aspect_ratio_within_the_cap() -> None:
     for width, height, cap in [(9400, 10, 1000), (1921, 1081, 1920 * 1080), (10, 9400, 5000), (7, 5, 30)]:
         fitted_width, fitted_height = fitted_size(width, height, cap)
         assert fitted_width * fitted_height <= cap and fitted_width % 2 == 0 and fitted_height % 2 == 0
+
+
+GENERATE_WS = "/v1/realtime/video"
+OVERSIZED_STARTS = [
+    ({"size": "100000x100000"}, "100000x100000 has a side over 16383"),
+    ({"size": "3000x3000"}, "3000x3000 is over this server's 2073600 pixels per frame (--max-video-pixels)"),
+    ({"width": 2000, "height": 2000}, "2000x2000 is over"),
+    ({"fps": 100000}, "fps 100000 is over this server's 60 (--max-video-fps)"),
+    ({"num_frames": 10**9}, "num_frames 1000000000 is over this server's 14400 (--max-video-frames)"),
+    ({"seconds": "100000"}, "num_frames 2400000 is over"),
+]
+
+
+async def test_oversized_generations_are_refused_and_the_datachannel_session_goes_on(
+    make_server: ServerFactory,
+) -> None:
+    from rtc_omni.client.peer import GenerateClient
+
+    server = await make_server(synthetic_chunk_frames=5, synthetic_first_chunk_latency=0.05)
+    client = GenerateClient(server.url)
+    await client.connect()
+    try:
+        for fields, expected in OVERSIZED_STARTS:
+            mark = len(client.events)
+            client.send({"type": "session.start", "prompt": "x", **fields})
+            error = await client.wait_event("error", after=mark)
+            assert error["message"].startswith("Invalid session.start: ") and expected in error["message"], error
+        start = await client.start(prompt="ok", size="160x128", fps=30, num_frames=5)
+        assert start["config"]["size"] == "160x128"
+        done = await client.wait_event("session.done", timeout=20)
+        assert done["frames"] == 5
+    finally:
+        await client.close()
+
+
+async def test_a_deployment_raises_the_generation_limits_with_settings(
+    make_server: ServerFactory, make_ws: WsFactory
+) -> None:
+    server = await make_server(
+        max_video_pixels=4000 * 4000, max_video_fps=120, max_video_frames=3, synthetic_chunk_frames=3
+    )
+    client = await make_ws(server, GENERATE_WS)
+    await client.send({"type": "session.start", "prompt": "x", "size": "3000x3000", "fps": 120, "num_frames": 4})
+    error = await client.wait_event("error")
+    assert "num_frames 4 is over this server's 3" in error["message"]
+    client = await make_ws(server, GENERATE_WS)
+    await client.send({"type": "session.start", "prompt": "x", "size": "48x32", "fps": 120, "num_frames": 3})
+    assert (await client.wait_event("video.start"))["config"]["fps"] == 120

@@ -135,6 +135,24 @@ class VideoGenerationRequest(BaseModel):
         return VideoParams(width=width, height=height, num_frames=num_frames, fps=fps)
 
 
+MAX_VIDEO_SIDE = 16383  # VP8's largest frame; H.264 levels stop well below it
+
+
+def video_limit_problem(
+    width: int, height: int, fps: int, num_frames: int, max_pixels: int, max_fps: int, max_frames: int
+) -> str | None:
+    """Why a resolved generation is larger than this server generates (its settings), or None."""
+    if width > MAX_VIDEO_SIDE or height > MAX_VIDEO_SIDE:
+        return f"size {width}x{height} has a side over {MAX_VIDEO_SIDE} pixels"
+    if width * height > max_pixels:
+        return f"size {width}x{height} is over this server's {max_pixels} pixels per frame (--max-video-pixels)"
+    if fps > max_fps:
+        return f"fps {fps} is over this server's {max_fps} (--max-video-fps)"
+    if num_frames > max_frames:
+        return f"num_frames {num_frames} is over this server's {max_frames} (--max-video-frames)"
+    return None
+
+
 def coerce_start_fields(msg: dict[str, Any]) -> dict[str, Any]:
     """Lift `sampling_params` as the reference does: request fields not given at top level move
     up; everything else merges into `extra_params`."""

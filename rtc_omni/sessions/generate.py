@@ -264,15 +264,24 @@ class GenerateSession:
             self._start_failed(proto.model_mismatch_error(request.model, served))
             return
         params = request.resolve_video_params()
+        width, height = params.width or DEFAULT_WIDTH, params.height or DEFAULT_HEIGHT
+        num_frames, fps = params.num_frames or DEFAULT_NUM_FRAMES, params.fps or proto.DEFAULT_FPS
+        settings = self.settings
+        too_large = proto.video_limit_problem(
+            width, height, fps, num_frames, settings.max_video_pixels, settings.max_video_fps, settings.max_video_frames
+        )
+        if too_large is not None:
+            self._start_failed(proto.invalid_start_error(too_large))
+            return
         self.request_id = f"video_stream-{uuid.uuid4().hex}"
         engine_request = GenerateRequest(
             request_id=self.request_id,
             prompt=request.prompt,
             negative_prompt=request.negative_prompt,
-            width=params.width or DEFAULT_WIDTH,
-            height=params.height or DEFAULT_HEIGHT,
-            num_frames=params.num_frames or DEFAULT_NUM_FRAMES,
-            fps=params.fps or proto.DEFAULT_FPS,
+            width=width,
+            height=height,
+            num_frames=num_frames,
+            fps=fps,
             seed=request.seed,
             num_inference_steps=request.num_inference_steps,
             guidance_scale=request.guidance_scale,
