@@ -93,7 +93,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> web.Applic
     if engines is None:
         app.on_startup.append(_start_engines)
     app[REGISTRY] = SessionRegistry(settings.max_sessions)
-    app[RECORDINGS] = RecordingStore(settings.recording_dir, settings.max_recordings)
+    app[RECORDINGS] = RecordingStore(settings.recording_dir, settings.max_recordings, settings.max_recording_bytes)
     watch_sessions(app[REGISTRY])
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/health", healthz)  # vLLM's name, so a gateway can health-check another rtc-omni

@@ -175,7 +175,18 @@ class Settings(BaseModel):
     recording_dir: str | None = Field(
         None, description="Where `record: true` generations are written (default: a temporary folder)."
     )
-    max_recordings: int = Field(16, ge=1, description="Recordings kept for download; the oldest are deleted.")
+    max_recordings: int = Field(
+        16,
+        ge=1,
+        description="Recordings kept for download; the oldest finished one is deleted to make room, one still "
+        "being written never is (a new `record: true` start is refused while all are).",
+    )
+    max_recording_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="Largest recording: it stops there, the generation goes on. The recordings never take more "
+        "than --max-recordings x this on disk.",
+    )
 
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
     log_format: Literal["text", "json"] = Field(

@@ -7,14 +7,20 @@ import asyncio
 import base64
 import io
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import av
+import numpy as np
+import pytest
 from aiortc.mediastreams import MediaStreamError
 from PIL import Image
 
 from rtc_omni.media.images import fitted_size
 from rtc_omni.media.ingest import ingest_video
+from rtc_omni.media.recorder import Mp4Recorder
+from rtc_omni.sessions.recordings import RecordingsFull, RecordingStore
 
 from .conftest import ClientFactory, RunningServer, ServerFactory, WsFactory
 from .wsclient import jpeg_b64
@@ -156,3 +162,52 @@ async def test_a_deployment_raises_the_generation_limits_with_settings(
     client = await make_ws(server, GENERATE_WS)
     await client.send({"type": "session.start", "prompt": "x", "size": "48x32", "fps": 120, "num_frames": 3})
     assert (await client.wait_event("video.start"))["config"]["fps"] == 120
+
+
+def noise_frame(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (240, 320, 3), dtype=np.uint8)
+
+
+async def test_a_recording_stops_at_its_byte_cap_and_stays_playable(tmp_path: Path) -> None:
+    recorder = Mp4Recorder(tmp_path / "capped.mp4", 30, max_bytes=1024 * 1024)
+    for index in range(60):
+        await recorder.write(noise_frame(index))
+    await recorder.finish()
+    size = recorder.path.stat().st_size
+    assert recorder.full and 1024 * 1024 <= size < 2 * 1024 * 1024
+    with av.open(str(recorder.path)) as container:
+        assert 0 < len(list(container.decode(video=0))) == recorder.frames < 60
+
+
+async def test_eviction_takes_the_oldest_finished_recording_never_one_in_progress(tmp_path: Path) -> None:
+    store = RecordingStore(str(tmp_path), max_recordings=2, max_bytes=1024 * 1024)
+    first, second = store.reserve("first", 30), store.reserve("second", 30)
+    for recorder in (first, second):
+        await recorder.write(noise_frame(0))
+    with pytest.raises(RecordingsFull, match="2 are being written"):
+        store.reserve("third", 30)
+    assert first.path.is_file() and second.path.is_file() and store.in_progress("first")
+    await second.finish()
+    third = store.reserve("third", 30)  # the only finished one goes, though it is the newer
+    assert not second.path.exists() and store.get("second") is None
+    assert first.path.is_file() and store.in_progress("first") and store.get("first") is None
+    await first.finish()
+    await third.finish()
+    assert store.get("first") == first.path and store.get("third") is None  # third recorded no frame
+
+
+async def test_a_websocket_generation_reports_where_its_recording_is_fetched(
+    make_server: ServerFactory, make_ws: WsFactory
+) -> None:
+    server = await make_server(synthetic_chunk_frames=6, synthetic_first_chunk_latency=0.05)
+    client = await make_ws(server, GENERATE_WS)
+    start = {"type": "session.start", "prompt": "x", "size": "64x48", "fps": 30, "num_frames": 12, "record": True}
+    await client.send(start)
+    done = await client.wait_event("session.done", timeout=20)
+    assert done["recording"].startswith("/v1/rtc/sessions/") and done["recording"].endswith("/recording")
+    async with aiohttp.ClientSession() as http:
+        async with http.get(server.url + done["recording"]) as response:
+            assert response.status == 200 and response.content_type == "video/mp4"
+            body = await response.read()
+    with av.open(io.BytesIO(body)) as container:
+        assert len(list(container.decode(video=0))) == done["frames"] == 12

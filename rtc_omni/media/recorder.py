@@ -12,11 +12,17 @@ import numpy as np
 
 
 class Mp4Recorder:
-    """Encodes frames on one worker thread, one at a time, so none is lost and none waits long."""
+    """Encodes frames on one worker thread, one at a time, so none is lost and none waits long.
 
-    def __init__(self, path: Path, fps: float) -> None:
+    With `max_bytes`, the file is finished (and stays playable) once it reaches that size: `full`
+    is then set and later frames are not recorded.
+    """
+
+    def __init__(self, path: Path, fps: float, max_bytes: int | None = None) -> None:
         self.path = path
         self.fps = fps
+        self.max_bytes = max_bytes
+        self.full = False
         self.frames = 0
         self.size: tuple[int, int] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mp4-recorder")
@@ -43,6 +49,9 @@ class Mp4Recorder:
             frame.pts = self.frames
             self._container.mux(self._stream.encode(frame))
             self.frames += 1
+            if self.max_bytes is not None and self.path.stat().st_size >= self.max_bytes:
+                self.full = True
+                self._encode(None)
             return
         if self._container is not None:
             assert self._stream is not None

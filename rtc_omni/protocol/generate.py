@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from .understand import ServerEvent
 
 WEBSOCKET_PATH = "/v1/realtime/video"
+RECORDING_PATH = "/v1/rtc/sessions/{session_id}/recording"  # GET: the MP4 of a `record: true` generation
 DEFAULT_FPS = 24
 MAX_START_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_CONTROL_MESSAGE_BYTES = 128 * 1024
@@ -213,6 +214,7 @@ class GenerationDone(ServerEvent):
     chunks: int
     frames: int
     stopped: bool
+    recording: str | None = None  # our extension: where the `record: true` MP4 is fetched (RECORDING_PATH)
 
 
 class SessionPong(ServerEvent):

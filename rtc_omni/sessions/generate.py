@@ -15,7 +15,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -29,6 +28,7 @@ from ..media.recorder import Mp4Recorder
 from ..protocol import generate as proto
 from ..protocol.understand import BINARY_NOT_SUPPORTED, MESSAGE_QUEUE_FULL, ServerEvent
 from ..tasks import TaskSet
+from .recordings import RecordingsFull
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class GenerateSession:
     engine: GenerateEngine
     send: Callable[[dict[str, Any]], None]
     video: VideoSink
-    reserve_recording: Callable[[str], Path] | None = None
+    reserve_recording: Callable[[str, float], Mp4Recorder] | None = None  # RecordingStore.reserve
     on_closed: Callable[[GenerateSession], None] | None = None
     strict_reference: bool = False
 
@@ -273,6 +273,13 @@ class GenerateSession:
         if too_large is not None:
             self._start_failed(proto.invalid_start_error(too_large))
             return
+        if request.record and self.reserve_recording is not None:
+            try:
+                self.recorder = self.reserve_recording(self.session_id, fps)
+            except RecordingsFull as exc:
+                self._start_failed(proto.invalid_start_error(str(exc)))
+                return
+            self.video.on_frame_sent = self._record
         self.request_id = f"video_stream-{uuid.uuid4().hex}"
         engine_request = GenerateRequest(
             request_id=self.request_id,
@@ -294,9 +301,6 @@ class GenerateSession:
             lora=request.lora,
         )
         self.video.fps = float(engine_request.fps)
-        if request.record and self.reserve_recording is not None:
-            self.recorder = Mp4Recorder(self.reserve_recording(self.session_id), engine_request.fps)
-            self.video.on_frame_sent = self.recorder.write
         self.state = "generating"
         self._progress_at = time.monotonic()
         self._emit(proto.VideoStart(request_id=self.request_id, config=request.model_dump(exclude_none=True)))
@@ -369,15 +373,26 @@ class GenerateSession:
         self.state = "done"
         self._last_message_at = time.monotonic()
         assert self.request_id is not None
+        done = proto.GenerationDone(
+            request_id=self.request_id, chunks=self.counters.chunks, frames=self.video.frames_sent, stopped=stopped
+        )
         if self.recorder is not None:
             await self.recorder.finish()  # the recording is downloadable once session.done arrives
-        self._emit(
-            proto.GenerationDone(
-                request_id=self.request_id, chunks=self.counters.chunks, frames=self.video.frames_sent, stopped=stopped
-            )
-        )
+            done.recording = proto.RECORDING_PATH.format(session_id=self.session_id)
+        self._emit(done)
         if self.strict_reference:
             self._close_soon()  # one reference session is one generation
+
+    async def _record(self, rgb: np.ndarray) -> None:
+        """Add a sent frame to the recording; tell the client once, should it reach its size cap."""
+        recorder = self.recorder
+        assert recorder is not None
+        was_full = recorder.full
+        await recorder.write(rgb)
+        if recorder.full and not was_full:
+            self._error(
+                f"recording stopped at {recorder.max_bytes} bytes (--max-recording-bytes); the generation goes on"
+            )
 
     def _scheduled_events(self, chunk_index: int) -> ChunkEvents:
         """Interaction progress derived from the chunk each was scheduled for, for engines that

@@ -15,6 +15,7 @@ from aiortc.sdp import SessionDescription
 from pydantic import BaseModel, ValidationError
 
 from ..logs import SESSION_ID
+from ..protocol.generate import RECORDING_PATH
 from ..sessions.registry import SessionLimitReached, new_session_id
 from .keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 from .peer import OFFER_FAILURES, PeerSession, TooManyPeers, closed_on_failure
@@ -159,9 +160,7 @@ async def delete_session(request: web.Request) -> web.Response:
 
 async def get_recording(request: web.Request) -> web.StreamResponse:
     session_id = request.match_info["session_id"]
-    live = request.app[REGISTRY].get(session_id)
-    recorder = getattr(getattr(live, "session", None), "recorder", None)
-    if recorder is not None and not recorder.finished:
+    if request.app[RECORDINGS].in_progress(session_id):
         return json_error(409, "the recording is not finished yet; fetch it after session.done")
     path = request.app[RECORDINGS].get(session_id)
     if path is None:
@@ -173,4 +172,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/rtc/offer", post_offer)
     app.router.add_get("/v1/rtc/sessions/{session_id}", get_session)
     app.router.add_delete("/v1/rtc/sessions/{session_id}", delete_session)
-    app.router.add_get("/v1/rtc/sessions/{session_id}/recording", get_recording)
+    app.router.add_get(RECORDING_PATH, get_recording)
