@@ -141,6 +141,21 @@ class Settings(BaseModel):
         "several. Empty: handlers' defaults (WHIP allows any origin, as RFC 9725 expects).",
     )
     max_sessions: int = Field(64, ge=1, description="Concurrent sessions; more get 503.")
+    max_connections_per_client: int = Field(
+        64,
+        ge=1,
+        description="Open HTTP and WebSocket connections allowed from one client address; more get 503 and are "
+        "closed (raise it when many users share one NAT address).",
+    )
+    http_idle_timeout: float = Field(
+        15.0,
+        gt=0,
+        description="Seconds a connection may take to send a request's headers, or stay idle between requests, "
+        "before it is closed.",
+    )
+    http_body_timeout: float = Field(
+        30.0, gt=0, description="Seconds a request's body may take to arrive; slower gets 408."
+    )
 
     synthetic_ttft: float = Field(0.15, ge=0, description="Synthetic engine: seconds before the first text token.")
     synthetic_token_rate: float = Field(40.0, gt=0, description="Synthetic engine: text tokens (words) per second.")

@@ -32,7 +32,8 @@ async def post_everywhere(server: RunningServer, sdp: str, session_id: str) -> l
     """The offer to all four ways of accepting one: JSON offer, WHIP, controller attach, WHEP."""
     results = []
     for kind in ("understand", "generate"):
-        status, body = await http_json(server, "POST", "/v1/rtc/offer", json={"sdp": sdp, "type": "offer", "kind": kind})
+        offer = {"sdp": sdp, "type": "offer", "kind": kind}
+        status, body = await http_json(server, "POST", "/v1/rtc/offer", json=offer)
         results.append((kind, status, str(body)))
     status, _, text = await http_raw(server, "POST", "/whip", data=sdp, headers=SDP)
     results.append(("whip", status, text))

@@ -6,6 +6,7 @@ and `parse_sdp` are shared with the WHIP and WHEP endpoints.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Literal
 
@@ -99,9 +100,11 @@ def find_peer_session(request: web.Request, session_id: str) -> PeerSession | No
 async def post_offer(request: web.Request) -> web.Response:
     if request.content_length is not None and request.content_length > MAX_OFFER_BYTES:
         return json_error(413, f"offer larger than {MAX_OFFER_BYTES} bytes")
+    if request.content_type != "application/json":
+        return json_error(415, "Content-Type must be application/json")
     try:
-        body: Any = await request.json()
-    except ValueError:
+        body: Any = json.loads(await request.text())
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's JSON parser goes
         return json_error(400, "body must be JSON: {sdp, type: 'offer', kind}")
     try:
         offer = OfferRequest.model_validate(body)
