@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -14,15 +15,22 @@ import aiohttp
 import av
 import numpy as np
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 from aiortc.mediastreams import MediaStreamError
 from PIL import Image
 
+from rtc_omni.config import Settings
+from rtc_omni.engines import create_engines
+from rtc_omni.engines.base import EngineError, GenerateRequest, TurnFrame, UnderstandTurn
 from rtc_omni.media.images import fitted_size
 from rtc_omni.media.ingest import ingest_video
 from rtc_omni.media.recorder import Mp4Recorder
+from rtc_omni.protocol import generate as generate_proto
+from rtc_omni.protocol import understand as understand_proto
 from rtc_omni.sessions.recordings import RecordingsFull, RecordingStore
 
-from .conftest import ClientFactory, RunningServer, ServerFactory, WsFactory
+from .conftest import FAST_SETTINGS, ClientFactory, RunningServer, ServerFactory, WsFactory
 from .wsclient import jpeg_b64
 
 UNDERSTAND_WS = "/v1/video/chat/stream"
@@ -211,3 +219,51 @@ async def test_a_websocket_generation_reports_where_its_recording_is_fetched(
             body = await response.read()
     with av.open(io.BytesIO(body)) as container:
         assert len(list(container.decode(video=0))) == done["frames"] == 12
+
+
+async def hostile_upstream(path: str, reply: str) -> tuple[TestServer, str]:
+    """An upstream that answers any request on `path` with one text message, `reply`."""
+
+    async def answer(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for message in ws:
+            if '"video.done"' in message.data or '"session.start"' in message.data:
+                await ws.send_str(reply)
+        return ws
+
+    app = web.Application()
+    app.router.add_get(path, answer)
+    server = TestServer(app, host="127.0.0.1", port=0)
+    await server.start_server()
+    return server, str(server.make_url("")).rstrip("/").replace("http://", "ws://")
+
+
+async def test_a_hostile_upstreams_oversized_messages_fail_the_request_not_the_gateway() -> None:
+    huge_delta = json.dumps({"type": "response.text.delta", "delta": "x" * 8_000_000})
+    upstream, url = await hostile_upstream(understand_proto.WEBSOCKET_PATH, huge_delta)
+    settings = Settings(**{**FAST_SETTINGS, "engine": "remote", "upstream": [url], "upstream_health_interval": 0})
+    engines = await create_engines(settings)
+    assert engines.understand is not None and engines.generate is not None
+    frame = TurnFrame(rgb=np.zeros((48, 64, 3), np.uint8), frame_id=None, pts_ms=None)
+    turn = UnderstandTurn(request_id="t", frames=[frame], audio_pcm16=b"", query="hi")
+    try:
+        with pytest.raises(EngineError, match=f"over {4 * 1024 * 1024} bytes"):
+            async for _output in engines.understand.generate(turn):
+                pass
+    finally:
+        await engines.close()
+        await upstream.close()
+
+    big_event = json.dumps({"type": "video.chunk_metadata", "padding": "x" * 2_000_000})
+    upstream, url = await hostile_upstream(generate_proto.WEBSOCKET_PATH, big_event)
+    engines = await create_engines(settings.model_copy(update={"upstream": [url]}))
+    assert engines.generate is not None
+    request = GenerateRequest(request_id="g", prompt="x", width=64, height=48, num_frames=4, fps=8)
+    try:
+        with pytest.raises(EngineError, match=f"event \\(at most {1024 * 1024}\\)"):
+            async for _chunk in engines.generate.generate(request):
+                pass
+    finally:
+        await engines.close()
+        await upstream.close()
