@@ -132,9 +132,7 @@ def text_body(deadline_s: float) -> Middleware:
 
 def _refusal(status: int, message: str, **headers: str) -> web.Response:
     """An error that WHIP players and browsers on other origins can read (WHIP allows any origin)."""
-    return web.json_response(
-        {"error": message}, status=status, headers={"Access-Control-Allow-Origin": "*", **headers}
-    )
+    return web.json_response({"error": message}, status=status, headers={"Access-Control-Allow-Origin": "*", **headers})
 
 
 class ConnectionLimit:
