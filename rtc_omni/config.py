@@ -198,7 +198,7 @@ class Settings(BaseModel):
     )
     max_recording_bytes: int = Field(
         256 * 1024 * 1024,
-        ge=1024 * 1024,
+        ge=64 * 1024,
         description="Largest recording: it stops there, the generation goes on. The recordings never take more "
         "than --max-recordings x this on disk.",
     )

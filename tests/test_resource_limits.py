@@ -267,3 +267,22 @@ async def test_a_hostile_upstreams_oversized_messages_fail_the_request_not_the_g
     finally:
         await engines.close()
         await upstream.close()
+
+
+async def test_a_recording_over_its_byte_cap_is_reported_and_the_generation_goes_on(
+    make_server: ServerFactory, make_ws: WsFactory
+) -> None:
+    server = await make_server(max_recording_bytes=64 * 1024, synthetic_chunk_frames=20)
+    client = await make_ws(server, GENERATE_WS)
+    start = {"type": "session.start", "prompt": "x", "size": "640x480", "fps": 30, "num_frames": 80, "record": True}
+    await client.send(start)
+    error = await client.wait_event("error", timeout=60)
+    assert error["message"].startswith("recording stopped at 65536 bytes (--max-recording-bytes)")
+    done = await client.wait_event("session.done", timeout=60)
+    assert done["frames"] == 80 and not done["stopped"]
+    async with aiohttp.ClientSession() as http:
+        async with http.get(server.url + done["recording"]) as response:
+            assert response.status == 200
+            body = await response.read()
+    with av.open(io.BytesIO(body)) as container:
+        assert 0 < len(list(container.decode(video=0))) < 80
