@@ -122,10 +122,11 @@ class Settings(BaseModel):
         "limits one DataChannel message to 256 KiB).",
     )
     max_image_pixels: int = Field(
-        3840 * 2160,
+        1920 * 1080,
         ge=64 * 64,
         description="Most pixels (width x height) of one camera image: a larger video.frame gets an error before "
-        "it is decoded, a larger RTP frame is scaled down to fit. Default: 4K UHD.",
+        "it is decoded, a larger RTP frame is scaled down to fit. Default: Full HD (a turn decodes up to 128 "
+        "frames, 6 MB of RGB each).",
     )
     auth_token: str | None = Field(
         None,
