@@ -286,3 +286,16 @@ async def test_a_recording_over_its_byte_cap_is_reported_and_the_generation_goes
             body = await response.read()
     with av.open(io.BytesIO(body)) as container:
         assert 0 < len(list(container.decode(video=0))) < 80
+
+
+async def test_an_event_too_large_for_the_datachannel_becomes_an_error_and_the_session_goes_on(
+    server: RunningServer, make_client: ClientFactory
+) -> None:
+    client = await make_client(server, colour="red", tone=None, config={})
+    await client.wait_event("video.frame.ack")
+    # 100 KB as UTF-8; echoed by the synthetic engine, the server's event escapes it to 6 bytes a character
+    client.send(json.dumps({"type": "video.query", "text": "Ñ" * 50_000}, ensure_ascii=False))
+    error = await client.wait_event("error", timeout=30)
+    assert "was dropped: larger than one DataChannel message may be" in error["message"]
+    result = await client.ask("What colour?", timeout=30)
+    assert "mostly red" in result.text

@@ -83,6 +83,10 @@ class ControlReceiver(Protocol):
     def receive_binary(self, data: bytes) -> None: ...
 
 
+def oversized_event_message(size: int) -> str:
+    return f"an event of {size} bytes was dropped: larger than one DataChannel message may be"
+
+
 class ControlChannels:
     """The `control` DataChannels bound to one session; events fan out to every open one.
 
@@ -124,7 +128,11 @@ class ControlChannels:
         while open_channels and self._pending:
             text = self._pending.popleft()
             for channel in open_channels:
-                channel.send(text)
+                try:
+                    channel.send(text)
+                except ValueError:  # over the peer's SCTP max-message-size (256 KiB in browsers and aiortc)
+                    logger.warning("dropping a %d-byte event: larger than the DataChannel carries", len(text))
+                    channel.send(json.dumps({"type": "error", "message": oversized_event_message(len(text))}))
 
     async def drain(self, timeout: float) -> None:
         """Give the last events (an error, session.done) a moment to leave before the close."""
