@@ -255,6 +255,18 @@ async def test_a_hostile_upstreams_oversized_messages_fail_the_request_not_the_g
         await engines.close()
         await upstream.close()
 
+    long_answer = json.dumps({"type": "response.text.delta", "delta": "x" * 3_000_000})
+    upstream, url = await hostile_upstream(understand_proto.WEBSOCKET_PATH, long_answer)
+    engines = await create_engines(settings.model_copy(update={"upstream": [url]}))
+    assert engines.understand is not None
+    try:
+        with pytest.raises(EngineError, match=f"answered over {1024 * 1024} characters"):
+            async for _output in engines.understand.generate(turn):
+                pass
+    finally:
+        await engines.close()
+        await upstream.close()
+
     big_event = json.dumps({"type": "video.chunk_metadata", "padding": "x" * 2_000_000})
     upstream, url = await hostile_upstream(generate_proto.WEBSOCKET_PATH, big_event)
     engines = await create_engines(settings.model_copy(update={"upstream": [url]}))

@@ -52,6 +52,7 @@ NOT_SERVED = (understand_proto.NOT_AVAILABLE, generate_proto.NOT_AVAILABLE)
 # A generation's fMP4 chunks may weigh the pool's default (upstream.DEFAULT_MAX_MESSAGE_BYTES).
 UNDERSTAND_MESSAGE_BYTES = 4 * 1024 * 1024  # a text delta, or a WAV audio delta (~40 s of 24 kHz speech)
 EVENT_BYTES = 1024 * 1024  # one JSON event of a generation, checked before it is parsed
+MAX_ANSWER_CHARS = 1024 * 1024  # one turn's text, over all its deltas (a model's answer is a few KB)
 INTERACTION_ERROR_CODES = ("event_id_conflict", "interaction_failed", "invalid_interaction")
 
 
@@ -147,6 +148,8 @@ class RemoteUnderstandEngine:
                     kind = event.get("type")
                     if kind == "response.text.delta":
                         text += event["delta"]
+                        if len(text) > MAX_ANSWER_CHARS:
+                            raise EngineError(f"upstream {upstream.url} answered over {MAX_ANSWER_CHARS} characters")
                         yield TextDelta(event["delta"])
                     elif kind == "response.text.done" and event["text"].startswith(text) and event["text"] != text:
                         # Without async chunking upstream sends no deltas, only the full text here.
