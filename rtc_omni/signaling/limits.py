@@ -1,5 +1,6 @@
-"""HTTP guards: a per-client rate limit on session creation (WebRTC and WebSocket), a deadline on
-request bodies, a CORS allow-list, and a cap on connections per client address.
+"""HTTP guards: a per-client rate limit on session creation (WebRTC and WebSocket), request bodies
+read within a deadline and in a known charset, a CORS allow-list, and a cap on connections per
+client address.
 
 The first three are aiohttp middlewares, so no handler can forget them (the token check is in
 auth.py). The connection cap sits below HTTP, where a client that never finishes its headers is
