@@ -135,9 +135,11 @@ async def serve(app: web.Application, settings: Settings) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     limited = ConnectionLimit(runner.server, settings.max_connections_per_client)
-    listener = await loop.create_server(limited, settings.host, settings.port)
     try:
-        await stop.wait()
+        listener = await loop.create_server(limited, settings.host, settings.port)
+        try:
+            await stop.wait()
+        finally:
+            listener.close()
     finally:
-        listener.close()
         await runner.cleanup()
