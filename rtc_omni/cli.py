@@ -19,9 +19,7 @@ from .logs import configure_logging
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from aiohttp import web
-
-    from .app import create_app
+    from .app import create_app, serve
 
     settings = load_settings(args)
     if settings.engine == "vllm" and importlib.util.find_spec("vllm_omni") is None:
@@ -35,7 +33,7 @@ def _serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     try:
-        web.run_app(app, host=settings.host, port=settings.port, print=None, shutdown_timeout=10.0)
+        asyncio.run(serve(app, settings))
     except EngineUnavailable as exc:
         print(f"rtc-omni: {exc}", file=sys.stderr)
         return 2
