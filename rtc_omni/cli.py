@@ -40,9 +40,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from aiohttp import web
-
-    from .app import create_app
+    from .app import create_app, serve
 
     settings = load_settings(args)
     if settings.engine == "vllm" and importlib.util.find_spec("vllm_omni") is None:
@@ -51,15 +49,14 @@ def _serve(args: argparse.Namespace) -> int:
     configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
 
-    def listening(_aiohttp_banner: str) -> None:  # called once the engines are up and the port is bound
+    def listening(port: int) -> None:  # once the engines are up and the port is bound
         print(
-            f"rtc-omni: engine={settings.engine} ice={','.join(settings.ice_address)} "
-            f"on http://{settings.host}:{settings.port}",
+            f"rtc-omni: engine={settings.engine} ice={','.join(settings.ice_address)} on http://{settings.host}:{port}",
             flush=True,
         )
 
     try:
-        web.run_app(app, host=settings.host, port=settings.port, print=listening, shutdown_timeout=10.0)
+        asyncio.run(serve(app, settings, on_listening=listening))
     except EngineUnavailable as exc:
         print(f"rtc-omni: {exc}", file=sys.stderr)
         return 2

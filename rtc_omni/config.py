@@ -123,6 +123,13 @@ class Settings(BaseModel):
         description="Longest video.frame base64 string accepted (the reference's 10 MiB; SCTP further "
         "limits one DataChannel message to 256 KiB).",
     )
+    max_image_pixels: int = Field(
+        1920 * 1080,
+        ge=64 * 64,
+        description="Most pixels (width x height) of one camera image: a larger video.frame gets an error before "
+        "it is decoded, a larger RTP frame is scaled down to fit. Default: Full HD (a turn decodes up to 128 "
+        "frames, 6 MB of RGB each).",
+    )
     auth_token: str | None = Field(
         None,
         description="Bearer token every HTTP request must carry (Authorization: Bearer ...), except OPTIONS "
@@ -137,6 +144,21 @@ class Settings(BaseModel):
         "several. Empty: handlers' defaults (WHIP allows any origin, as RFC 9725 expects).",
     )
     max_sessions: int = Field(64, ge=1, description="Concurrent sessions; more get 503.")
+    max_connections_per_client: int = Field(
+        64,
+        ge=1,
+        description="Open HTTP and WebSocket connections allowed from one client address; more get 503 and are "
+        "closed (raise it when many users share one NAT address).",
+    )
+    http_idle_timeout: float = Field(
+        15.0,
+        gt=0,
+        description="Seconds a connection may take to send a request's headers, or stay idle between requests, "
+        "before it is closed.",
+    )
+    http_body_timeout: float = Field(
+        30.0, gt=0, description="Seconds a request's body may take to arrive; slower gets 408."
+    )
 
     synthetic_ttft: float = Field(0.15, ge=0, description="Synthetic engine: seconds before the first text token.")
     synthetic_token_rate: float = Field(40.0, gt=0, description="Synthetic engine: text tokens (words) per second.")
@@ -158,10 +180,31 @@ class Settings(BaseModel):
     synthetic_chunk_latency: float = Field(
         0.5, ge=0, description="Synthetic video engine: seconds to produce each later chunk."
     )
+    max_video_pixels: int = Field(
+        1920 * 1080,
+        ge=1,
+        description="Largest generated frame (width x height) a session.start may ask for; larger gets an error. "
+        "Raise it on a GPU deployment that generates more.",
+    )
+    max_video_fps: int = Field(60, ge=1, description="Highest fps a session.start may ask for.")
+    max_video_frames: int = Field(
+        14_400, ge=1, description="Most frames one generation may ask for (num_frames, or seconds x fps)."
+    )
     recording_dir: str | None = Field(
         None, description="Where `record: true` generations are written (default: a temporary folder)."
     )
-    max_recordings: int = Field(16, ge=1, description="Recordings kept for download; the oldest are deleted.")
+    max_recordings: int = Field(
+        16,
+        ge=1,
+        description="Recordings kept for download; the oldest finished one is deleted to make room, one still "
+        "being written never is (a new `record: true` start is refused while all are).",
+    )
+    max_recording_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=64 * 1024,
+        description="Largest recording: it stops there, the generation goes on. The recordings never take more "
+        "than --max-recordings x this on disk.",
+    )
 
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
     log_format: Literal["text", "json"] = Field(
