@@ -59,9 +59,10 @@ export async function postOffer(sdp, kind, timeoutMs = 15000) {
       signal: AbortSignal.timeout(timeoutMs),
     });
   } catch (error) {
+    if (error.name === "TimeoutError") throw new ServerError(`The server did not answer within ${timeoutMs / 1000} s.`);
     throw new ServerError(`Could not reach the server: ${error.message}`);
   }
-  if (!response.ok) throw new ServerError(await describeFailure(response));
+  if (!response.ok) throw new ServerError(`The server refused the session: ${await describeFailure(response)}`);
   return response.json();
 }
 
