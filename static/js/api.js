@@ -24,10 +24,8 @@ async function describeFailure(response) {
   } catch {
     detail = response.statusText;
   }
-  if (response.status === 401 || response.status === 403) {
-    return `The server refused the request (HTTP ${response.status}): ${detail}. Check the access token.`;
-  }
-  return `HTTP ${response.status}: ${detail}`;
+  const hint = response.status === 401 || response.status === 403 ? " Check the access token." : "";
+  return `${detail} (HTTP ${response.status}).${hint}`;
 }
 
 export class ServerError extends Error {}

@@ -133,11 +133,15 @@ class PageProblems:
     # Optional endpoints the page probes; a 404 from them is expected on a server without them.
     OPTIONAL = ("/v1/ice-servers",)
 
-    def __init__(self) -> None:
+    def __init__(self, expected_status: tuple[int, ...] = ()) -> None:
         self.problems: list[str] = []
+        self.expected_status = expected_status  # statuses the test provokes on purpose
 
     def _optional(self, url: str) -> bool:
         return any(url.split("?")[0].endswith(path) for path in self.OPTIONAL)
+
+    def _expected(self, status: int, url: str) -> bool:
+        return status in self.expected_status or (status == 404 and self._optional(url))
 
     def watch(self, page: Any) -> None:
         page.on("console", self._on_console)
@@ -148,12 +152,15 @@ class PageProblems:
     def _on_console(self, message: Any) -> None:
         if message.type != "error":
             return
-        if "Failed to load resource" in message.text and self._optional(message.location.get("url", "")):
+        url = message.location.get("url", "")
+        if "Failed to load resource" in message.text and (
+            self._optional(url) or any(f"status of {status} " in message.text for status in self.expected_status)
+        ):
             return
         self.problems.append(f"console error: {message.text} at {message.location}")
 
     def _on_response(self, response: Any) -> None:
-        if response.status >= 400 and not (response.status == 404 and self._optional(response.url)):
+        if response.status >= 400 and not self._expected(response.status, response.url):
             self.problems.append(f"HTTP {response.status} for {response.request.method} {response.url}")
 
 
@@ -166,11 +173,11 @@ async def open_page(browser: Any) -> AsyncIterator[PageFactory]:
     contexts: list[Any] = []
     watchers: list[PageProblems] = []
 
-    async def factory(url: str, width: int = 1280, height: int = 860) -> Any:
+    async def factory(url: str, width: int = 1280, height: int = 860, expected_status: tuple[int, ...] = ()) -> Any:
         context = await browser.new_context(viewport={"width": width, "height": height})
         contexts.append(context)
         page = await context.new_page()
-        watcher = PageProblems()
+        watcher = PageProblems(expected_status)
         watcher.watch(page)
         watchers.append(watcher)
         page.set_default_timeout(15_000)
