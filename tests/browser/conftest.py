@@ -84,6 +84,11 @@ def write_tone_wav(path: Path, hz: float, seconds: float = 2.0, rate: int = 48_0
         out.writeframes(data)
 
 
+def chromium_flags(camera: Path, mic: Path) -> list[str]:
+    """Chromium's launch flags, with the fake camera and microphone playing these files."""
+    return [*CHROMIUM_FLAGS, f"--use-file-for-fake-video-capture={camera}", f"--use-file-for-fake-audio-capture={mic}"]
+
+
 @pytest.fixture(scope="session")
 def fake_media(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("fake-media")
@@ -117,8 +122,7 @@ async def browser(fake_media: tuple[Path, Path]) -> AsyncIterator[Any]:
         unavailable("the playwright package is not installed (pip install -e '.[test]')")
     if shutil.which(CHROMIUM) is None:
         unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-    camera, mic = fake_media
-    flags = [*CHROMIUM_FLAGS, f"--use-file-for-fake-video-capture={camera}", f"--use-file-for-fake-audio-capture={mic}"]
+    flags = chromium_flags(*fake_media)
     async with async_playwright() as playwright:
         launched = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=flags, timeout=30_000)
         try:
