@@ -1,7 +1,7 @@
 // The Generate view: a generation session (prompt in, generated video out on an RTP track).
 
 import { deleteSession, fetchRecording } from "./api.js";
-import { connectSession } from "./rtc.js";
+import { connectSession, lostReason } from "./rtc.js";
 import { $, Notice, setText } from "./ui.js";
 
 const PROGRESS_INTERVAL_MS = 250;
@@ -247,7 +247,8 @@ export class GenerateView {
 
   onConnectionState(state) {
     if (state === "failed" && this.session) {
-      this.notice.show("The connection to the server failed (no media path). Press Generate to try again.");
+      const why = lostReason(this.session.pc);
+      this.notice.show(`The connection to the server failed: ${why}. Press Generate to try again.`);
       this.close();
       this.phase = "idle";
       this.refresh();

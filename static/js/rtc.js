@@ -36,17 +36,17 @@ function answerAddresses(sdp) {
 /** Why the connection did not come up, from the stage it reached: ICE, then DTLS, then the channel. */
 function notConnectedReason(pc, addresses, timedOut) {
   const ice = pc.iceConnectionState;
+  const seconds = `${CONNECT_TIMEOUT_MS / 1000} s`;
+  const silent = `none of the server's addresses (${addresses}) answered`;
   const hint = "A firewall or NAT is in the way; a TURN server (rtc-omni serve --ice-server) gets through most";
-  if (ice === "failed") return `ICE failed: none of the server's addresses (${addresses}) answered. ${hint}`;
-  if (timedOut && (ice === "new" || ice === "checking")) {
-    return `ICE found no network path within ${CONNECT_TIMEOUT_MS / 1000} s: none of the server's addresses (${addresses}) answered. ${hint}`;
-  }
+  if (ice === "failed") return `ICE failed: ${silent}. ${hint}`;
+  if (timedOut && (ice === "new" || ice === "checking")) return `ICE found no network path within ${seconds}: ${silent}. ${hint}`;
   if (pc.connectionState === "failed") return "the network path works, but the secure media handshake (DTLS) failed";
   if (pc.connectionState === "closed") return "the connection was closed";
   if (pc.connectionState !== "connected") {
-    return `the network path works, but the secure media handshake (DTLS) did not finish within ${CONNECT_TIMEOUT_MS / 1000} s`;
+    return `the network path works, but the secure media handshake (DTLS) did not finish within ${seconds}`;
   }
-  return `the connection is up, but the control channel did not open within ${CONNECT_TIMEOUT_MS / 1000} s`;
+  return `the connection is up, but the control channel did not open within ${seconds}`;
 }
 
 function opened(pc, channel, addresses) {

@@ -2,7 +2,7 @@
 
 import { deleteSession, sessionStats } from "./api.js";
 import { LevelMeter, audioContext } from "./meter.js";
-import { connectSession } from "./rtc.js";
+import { connectSession, lostReason } from "./rtc.js";
 import { $, Notice, icon, mediaErrorMessage, seconds, setText } from "./ui.js";
 
 const PING_INTERVAL_MS = 2000;
@@ -234,11 +234,7 @@ export class TalkView {
   onConnectionState(state) {
     $("hud-state").textContent = state;
     if (state === "failed" && this.session) {
-      const why =
-        this.session.pc.iceConnectionState === "failed"
-          ? "the network path to the server was lost (ICE failed)"
-          : "the secure media connection failed (DTLS)";
-      this.notice.show(`The connection to the server failed: ${why}. Connect again.`);
+      this.notice.show(`The connection to the server failed: ${lostReason(this.session.pc)}. Connect again.`);
       this.disconnect("failed");
     } else if (state === "disconnected") {
       this.notice.show("The connection is interrupted; waiting for it to come back…", "warning");
