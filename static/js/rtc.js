@@ -49,6 +49,13 @@ function notConnectedReason(pc, addresses, timedOut) {
   return `the connection is up, but the control channel did not open within ${seconds}`;
 }
 
+/** Why an established connection failed: the network path (ICE) or the encryption (DTLS). */
+export function lostReason(pc) {
+  return pc.iceConnectionState === "failed"
+    ? "the network path to the server was lost (ICE failed)"
+    : "the secure media connection failed (DTLS)";
+}
+
 function opened(pc, channel, addresses) {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => fail(true), CONNECT_TIMEOUT_MS);
