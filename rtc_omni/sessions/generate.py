@@ -24,6 +24,7 @@ from ..media.frames import normalize_videos
 from ..media.recorder import Mp4Recorder
 from ..protocol import generate as proto
 from ..protocol.codec import Refusal
+from ..protocol.validation import error_text
 from .base import ENGINE_CALL_TIMEOUT_S, Session
 from .recordings import RecordingsFull
 
@@ -374,7 +375,7 @@ class GenerateSession(Session[proto.ClientMessage, GenerateEngine]):
             raise
         except Exception as exc:
             logger.info("session %s: generation failed: %s", self.session_id, exc)
-            self._error(str(exc) or type(exc).__name__)
+            self._error(error_text(exc))
             if self.strict_reference and not self._stopped:
                 self.video.flush()
                 self._close_soon()  # the reference ends without session.done (close aborts the engine)

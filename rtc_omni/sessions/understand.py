@@ -42,6 +42,7 @@ from ..media.vad import SpeechStarted, SpeechStopped
 from ..media.wav import float_to_pcm16, wav_base64
 from ..protocol import understand as proto
 from ..protocol.codec import Refusal
+from ..protocol.validation import error_text
 from .audio_buffer import AudioBuffer
 from .base import Session
 from .frame_buffer import BufferedFrame, FrameBuffer
@@ -569,7 +570,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             return
         except EngineError as exc:
             logger.warning("session %s: turn %s failed: %s", self.session_id, request_id, exc)
-            await self._fail_turn(turn, proto.QUERY_PROCESSING_FAILED, detail=str(exc))
+            await self._fail_turn(turn, proto.QUERY_PROCESSING_FAILED, detail=error_text(exc))
             return
         except Exception:
             logger.exception("session %s: turn %s failed", self.session_id, request_id)
