@@ -26,16 +26,19 @@ from aiortc.sdp import SessionDescription
 from ..config import Settings
 from ..engines import Engines
 from ..media.ingest import discard, start_ingest
-from ..media.jitter import release_frames_when_complete
 from ..media.shared_encode import SHARED_CODECS, SharedEncoder
 from ..media.talker import TalkerAudioTrack
 from ..media.video_out import GeneratedVideoTrack
+from ..patches.codecs import negotiated_codecs
+from ..patches.ice import keep_consent_while
+from ..patches.jitter import release_frames_when_complete
 from ..sessions.generate import GenerateSession
 from ..sessions.recordings import RecordingStore
 from ..sessions.registry import new_session_id
 from ..sessions.understand import UnderstandSession
 from ..tasks import TaskSet
-from .ice import advertise_public_addresses, configured_ice_servers, keep_consent_while, rtc_configuration
+from .dtls import passive_when_offered_actpass
+from .ice import advertise_public_addresses, configured_ice_servers, rtc_configuration
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +134,8 @@ class _PeerLink:
         self.closed = asyncio.Event()
 
     async def _answer(self) -> RTCSessionDescription:
-        await self.pc.setLocalDescription(await self.pc.createAnswer())
+        answer = await self.pc.createAnswer()
+        await self.pc.setLocalDescription(passive_when_offered_actpass(self.pc.remoteDescription, answer))
         sdp = self.pc.localDescription.sdp
         if "a=candidate:" not in sdp:
             raise RuntimeError("the server's ICE agent gathered no candidates; check --ice-address and --ice-server")
@@ -258,7 +262,7 @@ class PeerSession(_PeerLink):
         """End the session of a peer that went away without a goodbye.
 
         A WHIP publisher must keep its RTP coming (FFmpeg answers no ICE consent checks, so media is
-        its only sign of life: consent is kept while it arrives, ice.keep_consent_while). Any other
+        its only sign of life: consent is kept while it arrives, patches.ice.keep_consent_while). Any other
         peer must keep sending something (media, RTCP reports, DataChannel traffic) within
         --peer-silence-timeout, well before aiortc's own consent checks would give up (~30 s).
         """
@@ -370,8 +374,7 @@ class PeerSession(_PeerLink):
 
 def _negotiated_mime_type(transceiver: RTCRtpTransceiver) -> str:
     """The codec this transceiver's sender will use: aiortc sends with the first negotiated one."""
-    codecs = transceiver._codecs  # filtered by setRemoteDescription; aiortc has no public getter
-    mime_types = [c.mimeType.lower() for c in codecs]
+    mime_types = [c.mimeType.lower() for c in negotiated_codecs(transceiver)]
     if not mime_types or mime_types[0] not in SHARED_CODECS:
         raise OfferRejected(f"{transceiver.kind}: offer one of {', '.join(SHARED_CODECS)}, not {mime_types}")
     return mime_types[0]
