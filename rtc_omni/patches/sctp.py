@@ -10,11 +10,12 @@ The patch drops a new DATA chunk before aiortc sees it when
 - its TSN lies more than MAX_TSN_AHEAD past the cumulative TSN, or
 - the receive window is used up and its TSN lies past the highest TSN received (RFC 9260 6.2).
 A dropped chunk is neither acknowledged nor reported in a gap, so a real sender retransmits it
-once the window moves; the SACK that follows tells it the window. A chunk that fills a gap is
-always taken, so the association cannot deadlock on its own window.
+once the window moves (the SACKs of the chunks it holds tell it the window); a packet of dropped
+chunks alone gets no SACK, so flooding costs the receiver no more than the drop. A chunk that
+fills a gap is always taken, so the association cannot deadlock on its own window.
 
 Relies on RTCSctpTransport's `_receive_data_chunk`, `_last_received_tsn`, `_sack_misordered`,
-`_advertised_rwnd` and `_sack_needed`. Remove when aiortc bounds both itself (the proposal for
+and `_advertised_rwnd`. Remove when aiortc bounds both itself (the proposal for
 upstream is docs/upstream-sctp.md).
 """
 
@@ -57,7 +58,6 @@ def refuses(sctp: RTCSctpTransport, chunk: DataChunk) -> bool:
 async def receive_data_chunk_bounded(sctp: RTCSctpTransport, chunk: DataChunk) -> None:
     """RTCSctpTransport._receive_data_chunk, for the chunks the receiver agrees to hold."""
     if refuses(sctp, chunk):
-        sctp._sack_needed = True
         return
     await AIORTC_RECEIVE_DATA_CHUNK(sctp, chunk)
 
