@@ -29,6 +29,7 @@ from ..media.ingest import discard, start_ingest
 from ..media.shared_encode import SHARED_CODECS, SharedEncoder
 from ..media.talker import TalkerAudioTrack
 from ..media.video_out import GeneratedVideoTrack
+from ..metrics import DATACHANNEL_OVERFLOWS
 from ..patches.codecs import negotiated_codecs
 from ..patches.ice import keep_consent_while
 from ..patches.jitter import release_frames_when_complete
@@ -47,6 +48,9 @@ MAX_PENDING_EVENTS = 256  # events emitted before any DataChannel opens; the old
 MAX_ATTACHED_PEERS = 16  # controllers and viewers per session
 SESSION_KINDS = ("understand", "generate")
 CHANNEL_DRAIN_S = 1.0
+# Events queued inside aiortc for one DataChannel. aiortc queues without bound while the peer does
+# not acknowledge; a peer this far behind is closed, as a WebSocket client is (websocket.Outbox).
+MAX_CHANNEL_BUFFERED_BYTES = 1024 * 1024
 
 
 class OfferRejected(Exception):
@@ -70,14 +74,17 @@ class ControlChannels:
 
     Until one is open, events wait in a bounded queue (the oldest dropped) and go to the first
     channel that opens: a WHIP publisher has no channel, so its controller gets what came before.
+    A channel with more than MAX_CHANNEL_BUFFERED_BYTES unsent gets no more: its `on_overflow` runs.
     """
 
     def __init__(self) -> None:
         self._channels: list[RTCDataChannel] = []
         self._pending: deque[str] = deque(maxlen=MAX_PENDING_EVENTS)
+        self._overflow: dict[RTCDataChannel, Callable[[], None]] = {}
 
-    def attach(self, channel: RTCDataChannel, receiver: ControlReceiver) -> None:
+    def attach(self, channel: RTCDataChannel, receiver: ControlReceiver, on_overflow: Callable[[], None]) -> None:
         self._channels.append(channel)
+        self._overflow[channel] = on_overflow
 
         @channel.on("message")
         def on_message(message: str | bytes) -> None:
@@ -92,8 +99,7 @@ class ControlChannels:
 
         @channel.on("close")
         def on_close() -> None:
-            if channel in self._channels:
-                self._channels.remove(channel)
+            self._detach(channel)
 
         self._flush()
 
@@ -101,7 +107,18 @@ class ControlChannels:
         self._pending.append(json.dumps(event, separators=(",", ":")))
         self._flush()
 
+    def _detach(self, channel: RTCDataChannel) -> Callable[[], None] | None:
+        if channel in self._channels:
+            self._channels.remove(channel)
+        return self._overflow.pop(channel, None)
+
     def _flush(self) -> None:
+        for channel in [c for c in self._channels if c.bufferedAmount > MAX_CHANNEL_BUFFERED_BYTES]:
+            logger.warning("DataChannel peer takes no events (%d bytes unsent); closing it", channel.bufferedAmount)
+            DATACHANNEL_OVERFLOWS.inc()
+            on_overflow = self._detach(channel)
+            if on_overflow is not None:
+                on_overflow()
         open_channels = [c for c in self._channels if c.readyState == "open"]
         while open_channels and self._pending:
             text = self._pending.popleft()
@@ -153,7 +170,7 @@ class _PeerLink:
             return
         self._has_channel = True
         channels, receiver = self._control()
-        channels.attach(channel, receiver)
+        channels.attach(channel, receiver, self._close_soon)
 
     def _offers(self, kind: str) -> bool:
         return any(t.kind == kind for t in self.pc.getTransceivers())

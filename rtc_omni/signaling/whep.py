@@ -16,6 +16,7 @@ import logging
 from aiohttp import web
 from aiortc import RTCSessionDescription
 
+from .keys import SETTINGS
 from .offer import OFFER_FAILURES, find_peer_session, parse_sdp, session_limit_error
 from .peer import AttachedPeer, TooManyPeers
 from .whip import CORS, SDP, cors_error, created, preflight, trickle
@@ -45,7 +46,7 @@ async def post(request: web.Request) -> web.Response:
     if request.content_type != SDP:
         return cors_error(415, f"Content-Type must be {SDP}")
     sdp = await request.text()
-    parsed = parse_sdp(sdp)
+    parsed = parse_sdp(sdp, request.app[SETTINGS].max_remote_candidates)
     if isinstance(parsed, str):
         return cors_error(400, parsed)
     kind = peer.outgoing.kind
