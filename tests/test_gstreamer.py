@@ -29,7 +29,7 @@ SCRIPT = Path(__file__).resolve().parent / "gst_webrtc_peer.py"
 INSTALL = (
     "apt-get install gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good "
     "gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-nice gstreamer1.0-libav "
-    "python3-gi gir1.2-gst-plugins-bad-1.0 gir1.2-nice-0.1"
+    "python3-gi python3-gst-1.0 gir1.2-gst-plugins-bad-1.0 gir1.2-nice-0.1"
 )
 PROBE = (
     "import gi; [gi.require_version(n, '1.0') for n in ('Gst', 'GstSdp', 'GstWebRTC')]; "
