@@ -156,6 +156,5 @@ async def test_gstreamer_json_offer_with_a_datachannel_gets_answers(server: Runn
         assert "dominant frequency about 440 Hz" in done["data"]["text"], done
         result = await peer.finish()
         assert result["state"] == "connected" and result["error"] is None, result
-        await wait_until(lambda: len(server.registry) == 1, timeout=5)
     finally:
         peer.kill()
