@@ -60,7 +60,10 @@ class Peer:
         if mode in ("whip", "offer"):
             self.pipe = Gst.parse_launch(PUBLISH)
         else:  # a pipeline of webrtcbin alone; its received media is linked on pad-added
-            self.pipe = Gst.parse_launch("( webrtcbin name=webrtc bundle-policy=max-bundle )")
+            self.pipe = Gst.Pipeline.new("player")
+            webrtc = Gst.ElementFactory.make("webrtcbin", "webrtc")
+            webrtc.set_property("bundle-policy", GstWebRTC.WebRTCBundlePolicy.MAX_BUNDLE)
+            self.pipe.add(webrtc)
         self.webrtc = self.pipe.get_by_name("webrtc")
         # PyGObject drops a reference it does not own when reading this property: hold one more.
         self.ice = self.webrtc.get_property("ice-agent")
