@@ -41,5 +41,6 @@ async def test_an_aiortc_peer_connects_with_the_server_as_dtls_server(
     server = await make_server()
     client = await make_client(server, colour="red", tone=None, config={"modalities": ["text"]})
     assert "a=setup:passive" in client.pc.remoteDescription.sdp
+    await client.wait_event("video.frame.ack")
     result = await client.ask("What do you see?")
     assert "mostly red" in result.text
