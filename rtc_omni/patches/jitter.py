@@ -49,4 +49,3 @@ def release_frames_when_complete(pc: RTCPeerConnection) -> None:
     for transceiver in pc.getTransceivers():
         if transceiver.kind == "video":
             transceiver.receiver._RTCRtpReceiver__jitter_buffer = MarkerJitterBuffer()  # type: ignore[attr-defined]
-
