@@ -20,6 +20,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
+from rtc_omni import patches
 from rtc_omni.bench.common import CpuMeter, start_server, stop, summary
 from rtc_omni.bench.understand import camera, measure_ingest
 from rtc_omni.client.media import ColourVideoTrack, ToneAudioTrack
@@ -88,6 +89,7 @@ async def main() -> None:
     parser.add_argument("--json", help="also write the raw figures here")
     args = parser.parse_args()
 
+    patches.apply()  # the headless peers gather on 127.0.0.1 only
     backend, backend_url = start_server()
     gateway, gateway_url = start_server(["--engine", "remote", "--upstream", backend_url.replace("http", "ws", 1)])
     try:

@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from rtc_omni import patches
 from rtc_omni.bench.common import silent_from, start_server, stop, summary
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ScriptedAudioTrack, speech48
 from rtc_omni.client.peer import UnderstandClient
@@ -83,6 +84,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=8)
     args = parser.parse_args()
+    patches.apply()  # the headless peers gather on 127.0.0.1 only
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
     print(
         f"VAD CPU: {vad_cpu_ms_per_audio_second(False):.2f} ms per second of audio; "

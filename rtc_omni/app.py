@@ -10,6 +10,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from . import patches
 from .config import Settings
 from .engines import Engines, create_engines
 from .metrics import get_metrics, watch_sessions
@@ -17,7 +18,6 @@ from .sessions.recordings import RecordingStore
 from .sessions.registry import SessionRegistry
 from .signaling import ice, offer, websocket, whep, whip
 from .signaling.auth import bearer_auth
-from .signaling.ice import set_host_addresses, set_port_range
 from .signaling.keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 from .signaling.limits import ConnectionLimit, cors_allow_list, session_rate_limit, text_body
 
@@ -81,8 +81,7 @@ async def _start_engines(app: web.Application) -> None:
 
 def create_app(settings: Settings, engines: Engines | None = None) -> web.Application:
     """Build the server. `engines` overrides the ones the settings name (tests pass their own)."""
-    set_host_addresses(None if settings.gather_all_interfaces else settings.ice_address)
-    set_port_range(settings.ice_ports)
+    patches.apply(None if settings.gather_all_interfaces else settings.ice_address, settings.ice_ports)
     middlewares = []
     if settings.cors_origin:
         middlewares.append(cors_allow_list(settings.cors_origin))

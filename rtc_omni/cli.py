@@ -117,6 +117,7 @@ def _print_now(text: str) -> None:
 
 
 async def _run_client(args: argparse.Namespace) -> int:
+    from . import patches
     from .client.media import open_audio_source, open_video_source
     from .client.peer import UnderstandClient
 
@@ -128,9 +129,8 @@ async def _run_client(args: argparse.Namespace) -> int:
         audio = open_audio_source(args.audio)
     except ValueError as exc:
         raise ValueError(f"--audio: {exc}") from None
-    client = UnderstandClient(
-        args.server, video=video, audio=audio, ice_addresses=args.ice_address or None, token=args.token
-    )
+    patches.apply(args.ice_address or patches.LOOPBACK)
+    client = UnderstandClient(args.server, video=video, audio=audio, token=args.token)
     try:
         await client.connect()
         print(f"connected in {client.connect_seconds:.3f} s, session {client.session_id}")
@@ -174,11 +174,11 @@ async def _run_client(args: argparse.Namespace) -> int:
 
 
 async def _run_generate(args: argparse.Namespace) -> int:
+    from . import patches
     from .client.peer import GenerateClient
 
-    client = GenerateClient(
-        args.server, video_codec=args.codec, out_path=args.out, ice_addresses=args.ice_address or None, token=args.token
-    )
+    patches.apply(args.ice_address or patches.LOOPBACK)
+    client = GenerateClient(args.server, video_codec=args.codec, out_path=args.out, token=args.token)
     request: dict[str, Any] = {"prompt": args.prompt, "fps": args.fps}
     for name in ("size", "num_frames", "seed", "num_inference_steps", "negative_prompt"):
         if getattr(args, name) is not None:

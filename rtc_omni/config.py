@@ -82,6 +82,12 @@ class Settings(BaseModel):
         "credentials (username 'expiry:name', password base64 HMAC-SHA1) instead of --ice-username.",
     )
     turn_ttl: int = Field(86400, ge=60, description="Seconds TURN REST credentials stay valid.")
+    max_remote_candidates: int = Field(
+        100,
+        ge=1,
+        description="Remote ICE candidates one peer may give, in its offer and trickled by PATCH together "
+        "(aioice's cost per candidate grows with their number); past it, 4xx.",
+    )
     ice_connect_timeout: float = Field(
         15.0, gt=0, description="Seconds a new session may take to connect before it is closed."
     )

@@ -59,6 +59,11 @@ TIME_TO_FIRST_AUDIO = Histogram(
 GENERATED_FRAMES_SENT = Counter(
     "rtc_omni_generated_frames_sent", "Generated video frames handed to the RTP sender.", registry=REGISTRY
 )
+DATACHANNEL_OVERFLOWS = Counter(
+    "rtc_omni_datachannel_overflows",
+    "Peers closed because their control DataChannel took no events (over 1 MiB unsent).",
+    registry=REGISTRY,
+)
 ERRORS = Counter(
     "rtc_omni_errors",
     "Error events sent to clients, by session kind and error type.",

@@ -9,6 +9,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from rtc_omni import patches
 from rtc_omni.app import create_app
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
 from rtc_omni.client.peer import UnderstandClient
@@ -17,6 +18,8 @@ from rtc_omni.engines import Engines, SyntheticEngine, SyntheticVideoEngine, cre
 from rtc_omni.signaling.keys import ENGINES, REGISTRY
 
 from .wsclient import WsClient
+
+patches.apply()  # every peer of the suite gathers on 127.0.0.1 only, as the servers do
 
 FAST_SETTINGS = dict(
     host="127.0.0.1",

@@ -6,8 +6,8 @@ import pytest
 from aiortc.sdp import SessionDescription
 from pydantic import ValidationError
 
+from rtc_omni import patches
 from rtc_omni.config import Settings, load_settings
-from rtc_omni.signaling.ice import set_port_range
 
 from .conftest import ClientFactory, ServerFactory
 
@@ -32,7 +32,7 @@ async def test_answers_use_ports_inside_the_range_and_sessions_connect(
         result = await clients[0].ask("What do you see?")
         assert "mostly red" in result.text
     finally:
-        set_port_range(None)
+        patches.apply()
 
 
 def test_the_range_comes_from_flags_or_environment_and_is_checked() -> None:

@@ -177,7 +177,7 @@ def test_espeak_voice_speaks_the_answer() -> None:
 def test_marker_jitter_buffer_releases_a_complete_frame_at_once() -> None:
     from aiortc.rtp import RtpPacket
 
-    from rtc_omni.media.jitter import MarkerJitterBuffer
+    from rtc_omni.patches.jitter import MarkerJitterBuffer
 
     def packet(seq: int, ts: int, marker: bool, data: bytes) -> RtpPacket:
         p = RtpPacket(sequence_number=seq, timestamp=ts, marker=marker)

@@ -13,7 +13,7 @@ from aiortc.mediastreams import MediaStreamTrack
 from rtc_omni.client.media import AudioRecorder, VideoReceiver
 from rtc_omni.client.peer import GenerateClient
 from rtc_omni.signaling import peer as peer_module
-from rtc_omni.signaling.ice import rtc_configuration, set_host_addresses
+from rtc_omni.signaling.ice import rtc_configuration
 
 from .conftest import ClientFactory, RunningServer, ServerFactory, http_json
 from .test_lifecycle import server_tasks, wait_until
@@ -24,7 +24,6 @@ class WhepPlayer:
     """A WHEP player: a recvonly offer POSTed as application/sdp, the answer applied."""
 
     def __init__(self, kind: str, codec: str | None = None) -> None:
-        set_host_addresses(["127.0.0.1"])
         self.pc = RTCPeerConnection(rtc_configuration([]))
         transceiver = self.pc.addTransceiver(kind, direction="recvonly")
         if codec is not None:

@@ -12,7 +12,7 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
 from rtc_omni.client.peer import SignalingError, UnderstandClient
-from rtc_omni.signaling.ice import rtc_configuration, set_host_addresses
+from rtc_omni.signaling.ice import rtc_configuration
 
 from .conftest import RunningServer, ServerFactory, http_json
 from .test_lifecycle import wait_until
@@ -32,7 +32,6 @@ async def http_raw(server: RunningServer, method: str, path: str, **kwargs: Any)
 
 async def publisher_offer(video: bool = True, audio: bool = True) -> tuple[RTCPeerConnection, str]:
     """An aiortc publisher offering what OBS does: sendonly red video and a 440 Hz tone, no DataChannel."""
-    set_host_addresses(["127.0.0.1"])
     pc = RTCPeerConnection(rtc_configuration([]))
     if video:
         pc.addTransceiver(ColourVideoTrack(COLOURS["red"], 320, 240, 30), direction="sendonly")
@@ -139,7 +138,6 @@ async def test_whip_session_limit_gives_503_with_retry_after(make_server: Server
 
 
 async def test_whip_offer_with_two_video_tracks_is_422(server: RunningServer) -> None:
-    set_host_addresses(["127.0.0.1"])
     pc = RTCPeerConnection(rtc_configuration([]))
     pc.addTransceiver("video", direction="sendonly")
     pc.addTransceiver("video", direction="sendonly")

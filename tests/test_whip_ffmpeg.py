@@ -121,7 +121,7 @@ MEDIA_TIMEOUT_S = 3.0
 async def test_ffmpeg_publisher_outlives_consent_expiry_and_is_freed_when_killed(
     make_server: ServerFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="rtc_omni.signaling.ice")
+    caplog.set_level(logging.INFO, logger="rtc_omni.patches.ice")
     server = await make_server(auth_token=TOKEN, publisher_media_timeout=MEDIA_TIMEOUT_S)
     publisher = await start_publisher(server, tmp_path, 2 * LONG_PUBLISH_S)
     try:

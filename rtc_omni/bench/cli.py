@@ -43,8 +43,10 @@ def plan_from(args: argparse.Namespace) -> Plan:
 
 
 def main(args: argparse.Namespace) -> int:
+    from .. import patches
     from . import report, run
 
+    patches.apply()  # the headless peers gather on 127.0.0.1 only
     plan = plan_from(args)
     started = time.monotonic()
 

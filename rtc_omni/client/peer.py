@@ -13,7 +13,7 @@ import aiohttp
 from aiortc import RTCIceServer, RTCPeerConnection, RTCRtpReceiver, RTCRtpTransceiver, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
-from ..signaling.ice import rtc_configuration, set_host_addresses
+from ..signaling.ice import rtc_configuration
 from .media import AudioRecorder, VideoReceiver
 
 EventFilter = Callable[[dict[str, Any]], bool]
@@ -83,17 +83,16 @@ class ControlClient:
     def __init__(
         self,
         server: str,
-        ice_addresses: list[str] | None = None,
         token: str | None = None,
         ice_servers: list[RTCIceServer] | None = None,
         relay_only: bool = False,
         control: bool = True,
     ) -> None:
         """`ice_servers` (e.g. from GET /v1/ice-servers) are none by default; `relay_only` uses TURN
-        alone; `control=False` makes a peer without a DataChannel (like a WHIP publisher)."""
+        alone; `control=False` makes a peer without a DataChannel (like a WHIP publisher). The local
+        addresses ICE gathers on are the process's, set once by rtc_omni.patches.apply()."""
         self.server = check_server_url(server)
         self.token = token
-        set_host_addresses(ice_addresses if ice_addresses is not None else ["127.0.0.1"])
         self.pc = RTCPeerConnection(rtc_configuration(ice_servers or [], relay_only))
         self.channel = self.pc.createDataChannel("control") if control else None
         self.events: list[dict[str, Any]] = []
@@ -208,14 +207,13 @@ class UnderstandClient(ControlClient):
         video: MediaStreamTrack | None = None,
         audio: MediaStreamTrack | None = None,
         receive_audio: bool = True,
-        ice_addresses: list[str] | None = None,
         token: str | None = None,
         ice_servers: list[RTCIceServer] | None = None,
         relay_only: bool = False,
         control: bool = True,
         video_codec: str | None = None,
     ) -> None:
-        super().__init__(server, ice_addresses, token, ice_servers, relay_only, control)
+        super().__init__(server, token, ice_servers, relay_only, control)
         self.video, self.audio = video, audio
         self.video_codec = video_codec
         self.receive_audio = receive_audio
@@ -319,12 +317,11 @@ class GenerateClient(ControlClient):
         server: str,
         video_codec: str | None = None,
         out_path: str | None = None,
-        ice_addresses: list[str] | None = None,
         token: str | None = None,
         ice_servers: list[RTCIceServer] | None = None,
         relay_only: bool = False,
     ) -> None:
-        super().__init__(server, ice_addresses, token, ice_servers, relay_only)
+        super().__init__(server, token, ice_servers, relay_only)
         self.video_codec = video_codec
         self.out_path = out_path
         self.receiver: VideoReceiver | None = None

@@ -22,7 +22,7 @@ from ..protocol.generate import RECORDING_PATH
 from ..protocol.validation import describe_validation_error
 from ..sessions.registry import SessionLimitReached, new_session_id
 from .factory import Services
-from .keys import ENGINES, RECORDINGS, REGISTRY
+from .keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 from .peer import OFFER_FAILURES, PeerSession, closed_on_failure
 
 logger = logging.getLogger(__name__)
@@ -44,8 +44,8 @@ def json_error(status: int, message: str, **headers: str) -> web.Response:
     return web.json_response({"error": message}, status=status, headers=headers or None)
 
 
-def parse_sdp(sdp: str) -> SessionDescription | str:
-    """The parsed SDP, or why it is unusable."""
+def parse_sdp(sdp: str, max_candidates: int | None = None) -> SessionDescription | str:
+    """The parsed SDP, or why it is unusable (also: more than `max_candidates` ICE candidates)."""
     if not sdp.strip().startswith("v=0"):
         return "SDP must start with v=0"
     try:
@@ -54,6 +54,9 @@ def parse_sdp(sdp: str) -> SessionDescription | str:
         return f"unparsable SDP: {exc}"
     if not parsed.media:
         return "SDP has no media sections"
+    candidates = sum(len(m.ice_candidates) for m in parsed.media)
+    if max_candidates is not None and candidates > max_candidates:
+        return f"{candidates} ICE candidates; at most {max_candidates} per peer (--max-remote-candidates)"
     for index, media in enumerate(parsed.media):
         if media.dtls is None:  # aiortc would fail on it deep inside createAnswer
             return f"media section {index} ({media.kind}) has no a=setup and a=fingerprint: DTLS is required"
@@ -116,7 +119,7 @@ async def post_offer(request: web.Request) -> web.Response:
     if offer.kind not in (*engines.kinds, CONTROL_KIND):
         served = " and ".join(repr(k) for k in (*engines.kinds, CONTROL_KIND))
         return json_error(400, f"unknown session kind {offer.kind!r}; this server offers {served}")
-    parsed = parse_sdp(offer.sdp)
+    parsed = parse_sdp(offer.sdp, request.app[SETTINGS].max_remote_candidates)
     if isinstance(parsed, str):
         return json_error(400, parsed)
     if offer.kind == CONTROL_KIND:

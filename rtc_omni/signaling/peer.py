@@ -26,14 +26,18 @@ from aiortc.sdp import SessionDescription
 
 from ..config import Settings
 from ..media.ingest import discard, start_ingest
-from ..media.jitter import release_frames_when_complete
 from ..media.shared_encode import SHARED_CODECS, SharedEncoder
 from ..media.talker import TalkerAudioTrack
 from ..media.video_out import GeneratedVideoTrack
+from ..metrics import DATACHANNEL_OVERFLOWS
+from ..patches.codecs import negotiated_codecs
+from ..patches.ice import keep_consent_while
+from ..patches.jitter import release_frames_when_complete
 from ..sessions.registry import SessionLimitReached, new_session_id
 from ..tasks import TaskSet
+from .dtls import passive_when_offered_actpass
 from .factory import Services, create_session
-from .ice import advertise_public_addresses, configured_ice_servers, keep_consent_while, rtc_configuration
+from .ice import advertise_public_addresses, configured_ice_servers, rtc_configuration
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +45,9 @@ CONTROL_LABEL = "control"
 MAX_PENDING_EVENTS = 256  # events emitted before any DataChannel opens; the oldest go first
 MAX_ATTACHED_PEERS = 16  # controllers and viewers per session
 CHANNEL_DRAIN_S = 1.0
+# Events queued inside aiortc for one DataChannel. aiortc queues without bound while the peer does
+# not acknowledge; a peer this far behind is closed, as a WebSocket client is (websocket.Outbox).
+MAX_CHANNEL_BUFFERED_BYTES = 1024 * 1024
 
 
 class OfferRejected(Exception):
@@ -88,14 +95,17 @@ class ControlChannels:
 
     Until one is open, events wait in a bounded queue (the oldest dropped) and go to the first
     channel that opens: a WHIP publisher has no channel, so its controller gets what came before.
+    A channel with more than MAX_CHANNEL_BUFFERED_BYTES unsent gets no more: its `on_overflow` runs.
     """
 
     def __init__(self) -> None:
         self._channels: list[RTCDataChannel] = []
         self._pending: deque[str] = deque(maxlen=MAX_PENDING_EVENTS)
+        self._overflow: dict[RTCDataChannel, Callable[[], None]] = {}
 
-    def attach(self, channel: RTCDataChannel, receiver: ControlReceiver) -> None:
+    def attach(self, channel: RTCDataChannel, receiver: ControlReceiver, on_overflow: Callable[[], None]) -> None:
         self._channels.append(channel)
+        self._overflow[channel] = on_overflow
 
         @channel.on("message")
         def on_message(message: str | bytes) -> None:
@@ -110,8 +120,7 @@ class ControlChannels:
 
         @channel.on("close")
         def on_close() -> None:
-            if channel in self._channels:
-                self._channels.remove(channel)
+            self._detach(channel)
 
         self._flush()
 
@@ -119,7 +128,18 @@ class ControlChannels:
         self._pending.append(json.dumps(event, separators=(",", ":")))
         self._flush()
 
+    def _detach(self, channel: RTCDataChannel) -> Callable[[], None] | None:
+        if channel in self._channels:
+            self._channels.remove(channel)
+        return self._overflow.pop(channel, None)
+
     def _flush(self) -> None:
+        for channel in [c for c in self._channels if c.bufferedAmount > MAX_CHANNEL_BUFFERED_BYTES]:
+            logger.warning("DataChannel peer takes no events (%d bytes unsent); closing it", channel.bufferedAmount)
+            DATACHANNEL_OVERFLOWS.inc()
+            on_overflow = self._detach(channel)
+            if on_overflow is not None:
+                on_overflow()
         open_channels = [c for c in self._channels if c.readyState == "open"]
         while open_channels and self._pending:
             text = self._pending.popleft()
@@ -156,7 +176,8 @@ class _PeerLink:
         self.closed = asyncio.Event()
 
     async def _answer(self) -> RTCSessionDescription:
-        await self.pc.setLocalDescription(await self.pc.createAnswer())
+        answer = await self.pc.createAnswer()
+        await self.pc.setLocalDescription(passive_when_offered_actpass(self.pc.remoteDescription, answer))
         sdp = self.pc.localDescription.sdp
         if "a=candidate:" not in sdp:
             raise RuntimeError("the server's ICE agent gathered no candidates; check --ice-address and --ice-server")
@@ -174,7 +195,7 @@ class _PeerLink:
             return
         self._has_channel = True
         channels, receiver = self._control()
-        channels.attach(channel, receiver)
+        channels.attach(channel, receiver, self._close_soon)
 
     def _offers(self, kind: str) -> bool:
         return any(t.kind == kind for t in self.pc.getTransceivers())
@@ -272,7 +293,7 @@ class PeerSession(_PeerLink):
         """End the session of a peer that went away without a goodbye.
 
         A WHIP publisher must keep its RTP coming (FFmpeg answers no ICE consent checks, so media is
-        its only sign of life: consent is kept while it arrives, ice.keep_consent_while). Any other
+        its only sign of life: consent is kept while it arrives, patches.ice.keep_consent_while). Any other
         peer must keep sending something (media, RTCP reports, DataChannel traffic) within
         --peer-silence-timeout, well before aiortc's own consent checks would give up (~30 s).
         """
@@ -383,8 +404,7 @@ class PeerSession(_PeerLink):
 
 def _negotiated_mime_type(transceiver: RTCRtpTransceiver) -> str:
     """The codec this transceiver's sender will use: aiortc sends with the first negotiated one."""
-    codecs = transceiver._codecs  # filtered by setRemoteDescription; aiortc has no public getter
-    mime_types = [c.mimeType.lower() for c in codecs]
+    mime_types = [c.mimeType.lower() for c in negotiated_codecs(transceiver)]
     if not mime_types or mime_types[0] not in SHARED_CODECS:
         raise OfferRejected(f"{transceiver.kind}: offer one of {', '.join(SHARED_CODECS)}, not {mime_types}")
     return mime_types[0]

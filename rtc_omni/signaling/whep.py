@@ -14,6 +14,7 @@ from __future__ import annotations
 from aiohttp import web
 from aiortc import RTCSessionDescription
 
+from .keys import SETTINGS
 from .offer import OFFER_REFUSALS, find_peer_session, parse_sdp, refusal
 from .peer import AttachedPeer
 from .whip import CORS, SDP, cors_error, created, preflight, trickle
@@ -41,7 +42,7 @@ async def post(request: web.Request) -> web.Response:
     if request.content_type != SDP:
         return cors_error(415, f"Content-Type must be {SDP}")
     sdp = await request.text()
-    parsed = parse_sdp(sdp)
+    parsed = parse_sdp(sdp, request.app[SETTINGS].max_remote_candidates)
     if isinstance(parsed, str):
         return cors_error(400, parsed)
     kind = peer.outgoing.kind

@@ -85,7 +85,7 @@ async def post(request: web.Request) -> web.Response:
     if "understand" not in request.app[ENGINES].kinds:
         return cors_error(503, "this server does not serve understanding sessions")
     sdp = await request.text()
-    parsed = parse_sdp(sdp)
+    parsed = parse_sdp(sdp, request.app[SETTINGS].max_remote_candidates)
     if isinstance(parsed, str):
         return cors_error(400, parsed)
     problem = _media_problem(parsed)
@@ -121,9 +121,20 @@ async def trickle(request: web.Request, pc: RTCPeerConnection) -> web.Response:
         return cors_error(422, str(exc))
     except ValueError as exc:
         return cors_error(400, str(exc))
+    limit = request.app[SETTINGS].max_remote_candidates
+    if remote_candidate_count(pc) + len(candidates) > limit:
+        return cors_error(422, f"at most {limit} remote ICE candidates per peer (--max-remote-candidates)")
     for candidate in candidates:
         await pc.addIceCandidate(candidate)
     return web.Response(status=204, headers=CORS)
+
+
+def remote_candidate_count(pc: RTCPeerConnection) -> int:
+    """Remote ICE candidates `pc` holds, from its offer and from earlier PATCHes."""
+    transports = {t.receiver.transport.transport for t in pc.getTransceivers()}
+    if pc.sctp is not None:
+        transports.add(pc.sctp.transport.transport)
+    return sum(len(t.getRemoteCandidates()) for t in transports)
 
 
 class IceRestartRequested(Exception):

@@ -1,10 +1,14 @@
-"""Release each received video frame as soon as it is complete, not when the next one begins.
+"""aiortc patch: release each received video frame as soon as it is complete, not when the next one begins.
 
 aiortc's video jitter buffer hands a frame to the decoder only when a packet of the *next* frame
 arrives, so every camera frame waits one frame interval (33 ms at 30 fps) before ingest sees it.
 The RTP marker bit ends a frame (VP8, H.264), so a run of contiguous packets of one timestamp that
 ends with it is complete; this buffer releases it then. Without a marker (lost, or a sender that
 does not set it) aiortc's rule still applies.
+
+Relies on: RTCRtpReceiver's name-mangled `__jitter_buffer` (replaced per receiver, aiortc has no
+setter), and JitterBuffer's `_remove_frame`, `_origin`, `_packets`, `remove` and RtpPacket's `_data`.
+Remove when aiortc releases a frame on its marker bit (no upstream issue yet).
 """
 
 from __future__ import annotations

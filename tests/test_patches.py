@@ -1,0 +1,121 @@
+"""Tripwires for rtc_omni.patches: each fails loudly when aiortc or aioice change what a patch relies on.
+
+A failure here after an upgrade means: read the patch's module docstring, check whether the
+library now does the job itself (then delete the patch), or adapt the patch to the new internals.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import aioice.ice
+import pytest
+from aiortc import RTCPeerConnection, RTCRtpReceiver, RTCRtpSender, RTCSessionDescription
+from aiortc.jitterbuffer import JitterBuffer
+from aiortc.rtcicetransport import RTCIceTransport
+from aiortc.rtcsctptransport import DataChunk, RTCSctpTransport
+
+from rtc_omni import patches
+from rtc_omni.patches import ice, jitter, sctp
+from rtc_omni.patches.codecs import negotiated_codecs
+from rtc_omni.signaling.ice import rtc_configuration
+
+
+def parameters(function: object) -> list[str]:
+    return list(inspect.signature(function).parameters)  # type: ignore[arg-type]
+
+
+def test_every_patch_is_installed_once_and_on_the_names_it_replaces() -> None:
+    patches.apply()
+    patches.apply()
+    assert aioice.ice.get_host_addresses is ice.host_addresses
+    assert isinstance(aioice.ice.asyncio, ice.AsyncioForAioice)
+    assert aioice.ice.Connection.close is ice.close_unless_media_arrives
+    assert RTCSctpTransport._receive_data_chunk is sctp.receive_data_chunk_bounded  # type: ignore[comparison-overlap]
+    # What each wraps is still the library's own, with the signature the patch calls.
+    assert parameters(ice.AIOICE_HOST_ADDRESSES) == ["use_ipv4", "use_ipv6"]
+    assert parameters(ice.AIOICE_CLOSE) == ["self"]
+    assert parameters(sctp.AIORTC_RECEIVE_DATA_CHUNK) == ["self", "chunk"]
+
+
+@pytest.mark.parametrize("ports", [None, range(42600, 42610)])
+async def test_aioice_gathers_host_candidates_only_where_the_policy_says(ports: range | None) -> None:
+    patches.apply(patches.LOOPBACK, ports)
+    connection = aioice.ice.Connection(ice_controlling=True, components=1)
+    try:
+        await connection.gather_candidates()
+        assert [c.host for c in connection.local_candidates] == ["127.0.0.1"]
+        if ports is not None:
+            assert all(c.port in ports for c in connection.local_candidates)
+    finally:
+        await connection.close()
+        patches.apply()
+
+
+def test_aioice_consent_loop_still_ends_in_close_and_keeps_its_task() -> None:
+    """The consent patch recognises aioice's own consent loop by its code object, restarts it by
+    `query_consent()` and stores the task where aioice's close() cancels it."""
+    source = inspect.getsource(aioice.ice.Connection.query_consent)
+    assert "self._query_consent_task = None" in source and "return await self.close()" in source
+    assert "self._query_consent_task" in inspect.getsource(ice.AIOICE_CLOSE)
+    assert aioice.ice.Connection.query_consent.__code__ is ice._CONSENT_LOOP
+
+
+async def test_aiortc_ice_transport_exposes_its_aioice_connection() -> None:
+    pc = RTCPeerConnection(rtc_configuration([]))
+    try:
+        pc.addTransceiver("audio")
+        transport = pc.getTransceivers()[0].receiver.transport.transport
+        assert isinstance(transport, RTCIceTransport)
+        assert isinstance(transport._connection, aioice.ice.Connection)
+    finally:
+        await pc.close()
+
+
+async def test_aiortc_receiver_takes_the_marker_jitter_buffer() -> None:
+    pc = RTCPeerConnection(rtc_configuration([]))
+    try:
+        pc.addTransceiver("video")
+        receiver = pc.getTransceivers()[0].receiver
+        assert isinstance(receiver._RTCRtpReceiver__jitter_buffer, JitterBuffer)  # type: ignore[attr-defined]
+        assert "self.__jitter_buffer.add(" in inspect.getsource(RTCRtpReceiver._handle_rtp_packet)
+        jitter.release_frames_when_complete(pc)
+        assert isinstance(receiver._RTCRtpReceiver__jitter_buffer, jitter.MarkerJitterBuffer)  # type: ignore[attr-defined]
+    finally:
+        await pc.close()
+    buffer = JitterBuffer(capacity=16, is_video=True)
+    assert parameters(buffer._remove_frame) == ["sequence_number"]
+    assert {"_origin", "_packets"} <= vars(buffer).keys() and parameters(buffer.remove) == ["count"]
+    # The receiver stores each packet's depayloaded bytes as `_data`, which aiortc's frames join.
+    assert "packet._data = depayload(" in inspect.getsource(RTCRtpReceiver._handle_rtp_packet)
+    assert "x._data for x in packets" in inspect.getsource(JitterBuffer._remove_frame)
+
+
+async def test_aiortc_transceiver_codecs_are_the_negotiated_ones_in_order() -> None:
+    offerer, answerer = RTCPeerConnection(rtc_configuration([])), RTCPeerConnection(rtc_configuration([]))
+    try:
+        transceiver = offerer.addTransceiver("video", direction="recvonly")
+        capabilities = RTCRtpSender.getCapabilities("video")
+        assert capabilities is not None
+        transceiver.setCodecPreferences([c for c in capabilities.codecs if c.mimeType == "video/H264"])
+        await offerer.setLocalDescription(await offerer.createOffer())
+        await answerer.setRemoteDescription(RTCSessionDescription(offerer.localDescription.sdp, "offer"))
+        codecs = negotiated_codecs(answerer.getTransceivers()[0])
+        assert codecs and {c.mimeType for c in codecs} == {"video/H264"}
+    finally:
+        await offerer.close()
+        await answerer.close()
+
+
+async def test_aiortc_sctp_receiver_state_the_bound_reads() -> None:
+    class NoDtls:
+        state = "new"
+
+        def _register_data_receiver(self, receiver: object) -> None:
+            pass
+
+    transport = RTCSctpTransport(NoDtls())  # type: ignore[arg-type]
+    assert transport._last_received_tsn is None
+    assert transport._sack_misordered == set() and transport._advertised_rwnd == 1024 * 1024
+    assert "self._mark_received(chunk.tsn)" in inspect.getsource(sctp.AIORTC_RECEIVE_DATA_CHUNK)
+    assert hasattr(DataChunk(), "user_data") and hasattr(DataChunk(), "tsn")
