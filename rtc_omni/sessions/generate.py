@@ -259,8 +259,8 @@ class GenerateSession:
         except ValidationError as exc:
             self._start_failed(proto.invalid_start_error(str(exc)))
             return
-        served = self.settings.model
-        if request.model is not None and request.model != served:
+        served = self.settings.model  # None: a gateway that lets its upstream check the name
+        if request.model is not None and served is not None and request.model != served:
             self._start_failed(proto.model_mismatch_error(request.model, served))
             return
         params = request.resolve_video_params()
@@ -283,6 +283,7 @@ class GenerateSession:
                 if name in request.model_fields_set and getattr(request, name) is not None
             },
             lora=request.lora,
+            model=request.model,
         )
         self.video.fps = float(engine_request.fps)
         if request.record and self.reserve_recording is not None:
