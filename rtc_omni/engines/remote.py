@@ -20,6 +20,7 @@ import json
 import logging
 import wave
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,20 +129,22 @@ class RemoteUnderstandEngine:
         frames = await asyncio.to_thread(lambda: [_jpeg(f) for f in turn.frames])
         text = ""
         try:
-            async for event in session.turn(UpstreamTurn(turn.query, turn.audio_pcm16, frames)):
-                if isinstance(event, ContextLost):
-                    yield event
-                    continue
-                kind = event.get("type")
-                if kind == "response.text.delta":
-                    text += event["delta"]
-                    yield TextDelta(event["delta"])
-                elif kind == "response.text.done" and event["text"].startswith(text) and event["text"] != text:
-                    # Without async chunking upstream sends no deltas, only the full text here.
-                    yield TextDelta(event["text"][len(text) :])
-                    text = event["text"]
-                elif kind in AUDIO_DELTA_TYPES:
-                    yield AudioChunk(await asyncio.to_thread(_wav_samples, event["data"]))
+            # aclosing: an interrupt that closes this stream must end the upstream turn too, at once.
+            async with aclosing(session.turn(UpstreamTurn(turn.query, turn.audio_pcm16, frames))) as events:
+                async for event in events:
+                    if isinstance(event, ContextLost):
+                        yield event
+                        continue
+                    kind = event.get("type")
+                    if kind == "response.text.delta":
+                        text += event["delta"]
+                        yield TextDelta(event["delta"])
+                    elif kind == "response.text.done" and event["text"].startswith(text) and event["text"] != text:
+                        # Without async chunking upstream sends no deltas, only the full text here.
+                        yield TextDelta(event["text"][len(text) :])
+                        text = event["text"]
+                    elif kind in AUDIO_DELTA_TYPES:
+                        yield AudioChunk(await asyncio.to_thread(_wav_samples, event["data"]))
         finally:
             if own:
                 await session.close()

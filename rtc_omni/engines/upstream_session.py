@@ -21,7 +21,7 @@ import base64
 import json
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -242,7 +242,7 @@ class UpstreamSession:
 
     # ----------------------------------------------------------------- turns
 
-    async def turn(self, turn: UpstreamTurn) -> AsyncIterator[dict[str, Any] | ContextLost]:
+    async def turn(self, turn: UpstreamTurn) -> AsyncGenerator[dict[str, Any] | ContextLost, None]:
         """Ask one question; yields the upstream's events of that turn (and `ContextLost` first
         when the upstream session was replaced since the last answer)."""
         self._writer_paused = False
