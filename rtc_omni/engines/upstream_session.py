@@ -46,7 +46,8 @@ MEDIA_ERRORS = (
     "Frame decode failed",
     understand_proto.AUDIO_BUFFER_OVERFLOW,
 )
-CONTEXT_LOST = "The upstream model server was replaced; it no longer remembers earlier turns"
+LOST_BY_FAILURE = "The model server failed; a new one answers, without the earlier turns"
+LOST_BY_INTERRUPT = "The interrupt restarted the model's session; it no longer knows the earlier turns"
 CLOSED_MID_REQUEST = "the upstream closed the connection mid-request"
 _CLOSED: dict[str, Any] = {"type": "_closed"}  # the reader's last word to a waiting turn
 
@@ -90,7 +91,7 @@ class UpstreamSession:
         self._wake = asyncio.Event()
         self._writer_paused = False  # after a failed connect, until the next turn reconnects
         self._turn_events: asyncio.Queue[dict[str, Any]] | None = None
-        self._context_lost = False
+        self._context_lost: str | None = None  # why, when the next turn must say so
         self._writer = asyncio.get_running_loop().create_task(self._write())
 
     # ----------------------------------------------------------------- media, as the session samples it
@@ -151,16 +152,16 @@ class UpstreamSession:
             logger.info("session %s: upstream session on %s", self.session_id, upstream.url)
             return connection
 
-    async def _drop(self, reason: str | None = None) -> None:
+    async def _drop(self, interrupted: bool = False) -> None:
         """Close the current connection (the upstream aborts any request it runs for it)."""
         connection, self._connection = self._connection, None
         if connection is None:
             return
-        if connection.answered:
-            self._context_lost = True
+        if connection.answered and self._context_lost is None:
+            self._context_lost = LOST_BY_INTERRUPT if interrupted else LOST_BY_FAILURE
         connection.closing = True
-        if reason is not None:
-            logger.info("session %s: closing upstream %s: %s", self.session_id, connection.upstream.url, reason)
+        if interrupted:
+            logger.info("session %s: interrupt: closing upstream %s", self.session_id, connection.upstream.url)
         await self.pool.release(connection.upstream, connection.ws)
         if connection.reader is not None and connection.reader is not asyncio.current_task():
             connection.reader.cancel()
@@ -183,7 +184,7 @@ class UpstreamSession:
             logger.warning("session %s: upstream %s closed the connection", self.session_id, connection.upstream.url)
             self.pool.mark_down(connection.upstream)
             if connection.answered:
-                self._context_lost = True
+                self._context_lost = LOST_BY_FAILURE
         if self._turn_events is not None and self._connection is connection:
             await self._turn_events.put(_CLOSED)
 
@@ -247,9 +248,9 @@ class UpstreamSession:
         when the upstream session was replaced since the last answer)."""
         self._writer_paused = False
         connection = await self._connected()
-        if self._context_lost:
-            self._context_lost = False
-            yield ContextLost(CONTEXT_LOST)
+        if self._context_lost is not None:
+            yield ContextLost(self._context_lost)
+            self._context_lost = None
         for image in turn.frames:
             if not any(held is image for held in self._held):
                 self.add_frame(image)  # e.g. the newest camera frame, which EVS kept out of the buffer
@@ -272,7 +273,7 @@ class UpstreamSession:
         finally:
             self._turn_events = None
             if not finished:
-                await self._drop("turn interrupted")
+                await self._drop(interrupted=True)
 
     async def _turn_events_until_done(self, events: asyncio.Queue[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
         """The turn's events up to its end, which vLLM-Omni marks with audio.done, or text.done when
