@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import tempfile
 import time
@@ -206,25 +205,9 @@ async def test_a_failed_upstream_is_replaced_and_the_client_hears_that_context_w
     lost = [e for e in second.events if e["type"] == "session.context_lost"]
     assert not first.errors and not second.errors and "you asked: who answers now?" in second.text
     assert len(lost) == 1 and lost[0]["request_id"] == second.request_id
+    assert "127.0.0.1" not in str(client.events)  # no upstream address reaches the client
     (asked,) = _requests(await understanding.record(), "who answers now?")
     assert asked["history"] == [] and asked["images"] >= 1  # the new upstream got the frames, not the past
-
-
-async def test_client_facing_errors_never_name_an_upstream_address(
-    understanding: Genuine, gateway: GatewayFactory, make_client: ClientFactory
-) -> None:
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = str(sock.getsockname()[1])
-    front = await gateway(f"ws://127.0.0.1:{port}")
-    client = await make_client(front, colour="red", tone=None, config={"modalities": ["text"]})
-    await client.wait_event("video.frame.ack")
-
-    result = await client.ask("anyone there?")
-
-    error = next(e for e in result.events if e["type"] == "error")
-    assert result.errors == ["Query processing failed"] and error["detail"].startswith("no upstream reachable")
-    assert "127.0.0.1" not in str(client.events) and port not in error["detail"]
 
 
 async def test_a_generation_takes_the_upstreams_model_name_and_an_interaction_sent_at_once(
