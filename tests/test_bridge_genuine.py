@@ -144,14 +144,16 @@ async def test_answers_keep_the_conversation_and_the_session_settings_on_one_ups
     front = await gateway(understanding.url)
     client = await make_client(front, colour="red", tone=440.0, config=SETTINGS_SENT)
     await client.wait_event("video.frame.ack")
+    await asyncio.sleep(1.0)  # some microphone audio for the first turn
 
     first = await client.ask("what is this?")
+    await asyncio.sleep(1.0)  # ... and for the second, which reaches the upstream as it is sampled
     second = await client.ask("and now?")
 
     # Answers as vLLM-Omni's handler sends them, heard at the peer.
     assert not first.errors and "you asked: what is this?" in first.text and "audio yes" in first.text
     assert client.recorder is not None and client.recorder.voiced_frames(first.sent_at, first.done_at) > 10
-    assert not second.errors and "you asked: and now?" in second.text
+    assert not second.errors and "you asked: and now?" in second.text and "audio yes" in second.text
     record = await understanding.record()
     (asked_first,) = _requests(record, "what is this?")
     (asked_second,) = _requests(record, "and now?")
