@@ -39,6 +39,7 @@ from vllm_omni.outputs.mm_outputs import MultimodalCompletionOutput, MultimodalP
 
 TALKER_RATE = 24_000
 CHUNK_FRAMES = 8
+SLOW_PAUSE_S = 30.0
 COLOURS = {"red": (220, 30, 30), "green": (30, 200, 30), "blue": (30, 30, 220)}
 RECORD: dict[str, list[Any]] = {"requests": [], "aborts": [], "interactions": []}
 
@@ -97,7 +98,7 @@ def _audio_output(seconds: float, start: int) -> OmniRequestOutput:
 
 class FakeThinkerTalker:
     """AsyncOmni for a Qwen-Omni pipeline: DELTA text, then talker audio. A query containing "slow"
-    gets a long answer, word by word. Like AsyncOmni, a cancelled generate() aborts its request."""
+    pauses after its first word. Like AsyncOmni, a cancelled generate() aborts its request."""
 
     async def generate(self, *, prompt: dict[str, Any], request_id: str, output_modalities: list[str], **kwargs: Any):
         params = kwargs.get("sampling_params_list")
@@ -115,10 +116,11 @@ class FakeThinkerTalker:
             f"Turn {len(RECORD['requests'])}: {prompt['images']} frames, audio {'yes' if prompt['audio'] else 'no'}, "
             f"you asked: {prompt['query']}."
         )
-        words = answer.split(" ") + (["and so on"] * 400 if "slow" in prompt["query"] else [])
+        slow = "slow" in prompt["query"]
         try:
-            for word in words:
-                await asyncio.sleep(0.02 if "slow" in prompt["query"] else 0)
+            for index, word in enumerate(answer.split(" ")):
+                if slow and index == 1:
+                    await asyncio.sleep(SLOW_PAUSE_S)  # thinking hard, with no output to send
                 yield _text_output(word + " ")
             if "audio" in output_modalities:
                 for index in range(3):
