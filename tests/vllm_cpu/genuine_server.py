@@ -229,6 +229,7 @@ def main() -> None:
     args = parser.parse_args()
     sock = socket.socket()
     sock.bind(("127.0.0.1", args.port))
+    sock.listen(128)  # connections wait in the backlog until uvicorn accepts them
     app = build_app(args.kind, args.model, streaming=not args.no_streaming)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     print(f"listening on {sock.getsockname()[1]}", flush=True)
