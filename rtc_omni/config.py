@@ -30,8 +30,11 @@ class Settings(BaseModel):
         description="Model engine: the embedded CPU engines, vLLM-Omni in-process (GPU), or 'remote': every "
         "session bridged to the --upstream servers.",
     )
-    model: str = Field(
-        "synthetic", description="Model name reported to clients; with --engine vllm, the model id or path to load."
+    model: str | None = Field(
+        None,
+        description="Model name reported to clients (default: 'synthetic'; with --engine remote, none: clients' "
+        "model names pass through to the upstream, which checks them); with --engine vllm, the model id or "
+        "path to load.",
     )
     deploy_config: str | None = Field(None, description="--engine vllm: vLLM-Omni deploy config YAML.")
     stage_overrides: str | None = Field(None, description="--engine vllm: vLLM-Omni stage overrides as JSON.")
@@ -223,6 +226,12 @@ class Settings(BaseModel):
         if "all" in value and len(value) > 1:
             raise ValueError("'all' cannot be combined with explicit addresses")
         return value
+
+    @model_validator(mode="after")
+    def _default_model(self) -> Settings:
+        if self.model is None and self.engine != "remote":
+            self.model = "synthetic"
+        return self
 
     @model_validator(mode="after")
     def _check_port_range(self) -> Settings:

@@ -167,6 +167,7 @@ async def test_a_backend_dying_mid_turn_gives_an_error_and_the_next_turn_fails_o
     # The backend either says it is shutting down before it goes, or just drops the connection.
     assert "Server shutting down" in error["detail"] or "closed the connection" in error["detail"]
     assert done["request_id"] == error["request_id"]
+    assert "127.0.0.1" not in str(client.events)  # the upstream's address stays in the gateway's log
     result = await client.ask("two")
     assert not result.errors and "mostly red" in result.text
     assert (first_engine.turns, second_engine.turns) == (1, 1)
@@ -192,7 +193,8 @@ async def test_no_reachable_upstream_fails_the_turn_with_the_reason(
     result = await client.ask("anyone there?")
     error = next(e for e in result.events if e["type"] == "error")
     assert result.errors == ["Query processing failed"]
-    assert error["detail"].startswith("no upstream reachable (ws://127.0.0.1:")
+    assert error["detail"] == "no upstream reachable (1 tried)"  # the address stays in the log
+    assert "127.0.0.1" not in str(client.events)
 
 
 async def test_a_server_without_the_endpoint_is_tried_last_from_then_on(
@@ -204,11 +206,10 @@ async def test_a_server_without_the_endpoint_is_tried_last_from_then_on(
     front = await gateway(make_server, generation_only, understanding)
     client = await make_client(front, colour="red", tone=None, config={"modalities": ["text"]})
     await client.wait_event(where=_accepted)
-    refused = await client.ask("first")
+    await client.ask("first")  # refused, or already moved to the other server by the refusal
     answered = await client.ask("second")
-    error = next(e for e in refused.events if e["type"] == "error")
-    assert "Streaming video chat is not available" in error["detail"]
     assert not answered.errors and "mostly red" in answered.text
+    assert not front.app[ENGINES].understand.pool.upstreams[0].serves
 
 
 async def test_stopping_a_bridged_generation_stops_the_upstream(make_server: ServerFactory) -> None:
@@ -275,11 +276,8 @@ async def test_the_reference_done_event_quirks_give_the_whole_answer_once() -> N
             event = json.loads(message.data)
             received.append(event)
             if event["type"] == "video.query":
-                script = SCRIPTS[event["text"]]
-            elif event["type"] == "video.done":
-                for reply in script:
+                for reply in SCRIPTS[event["text"]]:
                     await ws.send_json(reply)
-                await ws.send_json({"type": "session.done"})
         return ws
 
     app = web.Application()
@@ -303,7 +301,8 @@ async def test_the_reference_done_event_quirks_give_the_whole_answer_once() -> N
     config = received[0]
     assert config["type"] == "session.config" and config["num_frames"] == 1
     assert config["enable_frame_filter"] is False
-    assert [e["type"] for e in received[1:5]] == ["video.frame", "audio.chunk", "video.query", "video.done"]
+    assert [e["type"] for e in received[1:3]] == ["video.frame", "video.query"]
+    assert base64.b64decode(received[2]["audio_data"]) == b"\x00\x00" * 16_000
 
 
 async def test_health_checks_skip_a_dead_upstream_and_restore_a_live_one(make_server: ServerFactory) -> None:

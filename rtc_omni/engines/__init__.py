@@ -21,10 +21,11 @@ from .base import (
     UnderstandTurn,
     VideoChunk,
 )
-from .remote import UNDERSTAND_MESSAGE_BYTES, RemoteGenerateEngine, RemoteUnderstandEngine
+from .remote import RemoteGenerateEngine, RemoteUnderstandEngine
 from .synthetic import SyntheticEngine
 from .synthetic_video import SyntheticVideoEngine
 from .upstream import DEFAULT_MAX_MESSAGE_BYTES, UpstreamPool
+from .upstream_session import UNDERSTAND_MESSAGE_BYTES
 
 
 @dataclass

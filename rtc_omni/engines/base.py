@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -45,6 +45,7 @@ class UnderstandTurn:
     model: str | None = None
     use_audio_in_video: bool = True
     sampling_params_list: list[dict[str, Any]] | None = None  # per stage: thinker, talker, code2wav
+    engine_session: EngineSession | None = None  # set when the engine follows the session live
 
 
 @dataclass(frozen=True)
@@ -53,11 +54,56 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
+class ContextLost:
+    """The engine's memory of the conversation so far is gone (a remote upstream failed over or
+    was reset by an interrupt); sessions tell the client, since answers may ignore earlier turns."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class AudioChunk:
     samples: np.ndarray  # float32 mono in [-1, 1] at TALKER_SAMPLE_RATE
 
 
-UnderstandOutput = TextDelta | AudioChunk
+UnderstandOutput = TextDelta | AudioChunk | ContextLost
+
+
+@dataclass(frozen=True)
+class LiveSettings:
+    """A session's settings as an engine that follows it live needs them before its first turn."""
+
+    model: str | None
+    system_prompt: str | None
+    modalities: tuple[str, ...]
+    num_frames: int
+    max_frames: int
+    use_audio_in_video: bool
+    sampling_params_list: list[dict[str, Any]] | None
+    audio_streamed: bool  # True: every sampled chunk goes to add_audio; False: each turn brings its own
+
+
+class EngineSession(Protocol):
+    """An engine's own state for one session, fed media as the session samples it, so the engine
+    can keep the conversation between turns (the remote engine's one upstream WebSocket)."""
+
+    def add_frame(self, image: bytes) -> None:
+        """A frame the session buffered (encoded JPEG or PNG)."""
+        ...
+
+    def add_audio(self, pcm16: bytes) -> None:
+        """Microphone audio as the session buffers it (16 kHz mono PCM16)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class LiveUnderstandEngine(Protocol):
+    """Optional: an understanding engine that wants each session's media as it is sampled. Its turns
+    carry the session it opened (`UnderstandTurn.engine_session`); other engines get no calls."""
+
+    def open_session(self, session_id: str, settings: LiveSettings) -> EngineSession: ...
 
 
 class UnderstandEngine(Protocol):
@@ -98,6 +144,7 @@ class GenerateRequest:
     # the engine's defaults, as in vLLM-Omni.
     sampling_overrides: dict[str, Any] = field(default_factory=dict)
     lora: dict[str, Any] | None = None
+    model: str | None = None  # the client's model name, for a remote upstream to check
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,14 @@
 """The remote engine: an existing vLLM-Omni deployment (or another rtc-omni) as the model.
 
-Each understanding turn opens a WebSocket to an upstream's `/v1/video/chat/stream`, replays the
-turn as a reference client would (`session.config`, the sampled frames as `video.frame` JPEGs,
-the audio as `audio.chunk`, `video.query`, then `video.done`) and maps the answer back: text
-deltas to `TextDelta`, base64 WAV audio deltas to `AudioChunk`, ending at `session.done`. Ending
-on `session.done` sidesteps the reference's done-event quirks (`response.text.done` before the last
-delta, no done events without audio). An interrupt closes the socket, which aborts the upstream
-request. Each generation opens `/v1/realtime/video`, forwards `session.start`, interactions and
-stops, and decodes the fMP4 chunks into frames (media/fmp4.py).
+Understanding: each session holds one WebSocket to an upstream's `/v1/video/chat/stream` and
+streams its sampled frames and audio to it (engines/upstream_session.py); a turn is a `video.query`,
+and the answer maps back to `TextDelta` and `AudioChunk` (base64 WAV deltas, either event name).
+Without text deltas (vLLM-Omni's `VLLM_VIDEO_ASYNC_CHUNK=off`) the text comes whole in
+`response.text.done`, which may also precede the last deltas: only new text is passed on.
+Generation: each one opens `/v1/realtime/video`, forwards `session.start` (with the client's model
+name: the upstream checks it), interactions (also ones sent before the upstream's `video.start`)
+and stops, and decodes the fMP4 chunks into frames (media/fmp4.py). Upstream addresses stay in the
+log: the errors this engine raises are shown to clients.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import asyncio
 import base64
 import io
 import json
+import logging
 import wave
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,13 +31,14 @@ from PIL import Image
 
 from ..media.fmp4 import FragmentedMp4Decoder
 from ..protocol import generate as generate_proto
-from ..protocol import understand as understand_proto
 from .base import (
     TALKER_SAMPLE_RATE,
     AudioChunk,
     ChunkEvents,
+    ContextLost,
     EngineError,
     GenerateRequest,
+    LiveSettings,
     TextDelta,
     TurnFrame,
     UnderstandOutput,
@@ -42,15 +46,14 @@ from .base import (
     VideoChunk,
 )
 from .upstream import Upstream, UpstreamPool
+from .upstream_session import AUDIO_DELTA_TYPES, CLOSED_MID_REQUEST, UpstreamSession, UpstreamTurn, too_big_message
+
+logger = logging.getLogger(__name__)
 
 JPEG_QUALITY = 90
-AUDIO_CHUNK_BYTES = 64 * 1024  # 2 s of 16 kHz PCM16 per audio.chunk message
 INTERACTION_TIMEOUT_S = 5.0
-AUDIO_DELTA_TYPES = ("response.audio.delta", "response.output_audio.delta")  # the latter: vLLM-Omni >= 0.30
-NOT_SERVED = (understand_proto.NOT_AVAILABLE, generate_proto.NOT_AVAILABLE)
 # What one upstream message may weigh, by kind, so a hostile or broken upstream costs at most this.
 # A generation's fMP4 chunks may weigh the pool's default (upstream.DEFAULT_MAX_MESSAGE_BYTES).
-UNDERSTAND_MESSAGE_BYTES = 4 * 1024 * 1024  # a text delta, or a WAV audio delta (~40 s of 24 kHz speech)
 EVENT_BYTES = 1024 * 1024  # one JSON event of a generation, checked before it is parsed
 MAX_ANSWER_CHARS = 1024 * 1024  # one turn's text, over all its deltas (a model's answer is a few KB)
 INTERACTION_ERROR_CODES = ("event_id_conflict", "interaction_failed", "invalid_interaction")
@@ -65,33 +68,34 @@ async def _receive(
     if message.type == aiohttp.WSMsgType.TEXT:
         if len(message.data) > max_event_bytes:
             pool.mark_down(upstream)
-            size = len(message.data)
-            raise EngineError(f"upstream {upstream.url} sent a {size}-byte event (at most {max_event_bytes})")
+            logger.warning("upstream %s sent a %d-byte event", upstream.url, len(message.data))
+            raise EngineError(f"the upstream sent a {len(message.data)}-byte event (at most {max_event_bytes})")
         try:
             event = json.loads(message.data)
         except (ValueError, RecursionError) as exc:
-            raise EngineError(f"upstream {upstream.url} sent a message that is not JSON") from exc
+            raise EngineError("the upstream sent a message that is not JSON") from exc
         if not isinstance(event, dict):
-            raise EngineError(f"upstream {upstream.url} sent a non-object message")
-        if event.get("type") == "error" and event.get("message") in NOT_SERVED:
+            raise EngineError("the upstream sent a non-object message")
+        if event.get("type") == "error" and event.get("message") == generate_proto.NOT_AVAILABLE:
             pool.mark_not_serving(upstream)  # one model per vLLM-Omni server: it serves the other endpoint
         return event
     if message.type == aiohttp.WSMsgType.BINARY:
         return bytes(message.data)
+    logger.warning("upstream %s closed the connection mid-request", upstream.url)
     pool.mark_down(upstream)
     if message.type == aiohttp.WSMsgType.ERROR and getattr(message.data, "code", None) == WSCloseCode.MESSAGE_TOO_BIG:
-        raise EngineError(f"upstream {upstream.url} sent a message over {pool.max_message_bytes} bytes")
-    raise EngineError(f"upstream {upstream.url} closed the connection mid-request")
+        raise EngineError(too_big_message(pool.max_message_bytes))
+    raise EngineError(CLOSED_MID_REQUEST)
 
 
-def _jpeg_base64(frame: TurnFrame) -> str:
-    """The frame's buffered JPEG as is (no second encode), or a fresh one when it has none."""
-    data = frame.jpeg
-    if data is None:
-        out = io.BytesIO()
-        Image.fromarray(frame.rgb).save(out, format="JPEG", quality=JPEG_QUALITY)
-        data = out.getvalue()
-    return base64.b64encode(data).decode("ascii")
+def _jpeg(frame: TurnFrame) -> bytes:
+    """The frame's buffered JPEG as is (no second encode: the same object the session streamed),
+    or a fresh one when it has none."""
+    if frame.jpeg is not None:
+        return frame.jpeg
+    out = io.BytesIO()
+    Image.fromarray(frame.rgb).save(out, format="JPEG", quality=JPEG_QUALITY)
+    return out.getvalue()
 
 
 def _wav_samples(data: str) -> np.ndarray:
@@ -105,51 +109,52 @@ def _wav_samples(data: str) -> np.ndarray:
     return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
 
 
+def _one_turn_settings(turn: UnderstandTurn) -> LiveSettings:
+    """For a turn from no live session: an upstream session that takes exactly the turn's frames."""
+    count = max(1, len(turn.frames))
+    return LiveSettings(
+        model=turn.model,
+        system_prompt=turn.system_prompt,
+        modalities=turn.modalities,
+        num_frames=count,
+        max_frames=count,
+        use_audio_in_video=turn.use_audio_in_video,
+        sampling_params_list=turn.sampling_params_list,
+        audio_streamed=False,
+    )
+
+
 class RemoteUnderstandEngine:
-    """Understanding turns answered by upstream `/v1/video/chat/stream` servers."""
+    """Understanding sessions answered by upstream `/v1/video/chat/stream` servers, one upstream
+    session each (a `LiveUnderstandEngine`)."""
 
     name = "remote"
 
     def __init__(self, pool: UpstreamPool) -> None:
         self.pool = pool
-        self._sockets: dict[str, aiohttp.ClientWebSocketResponse] = {}
 
-    async def _send_turn(self, ws: aiohttp.ClientWebSocketResponse, turn: UnderstandTurn) -> None:
-        count = max(1, len(turn.frames))
-        config: dict[str, Any] = {
-            "type": "session.config",
-            "modalities": list(turn.modalities),
-            "num_frames": count,  # the session already sampled: the upstream takes them all
-            "max_frames": count,
-            "enable_frame_filter": False,  # ... and already filtered them
-        }
-        if turn.system_prompt is not None:
-            config["system_prompt"] = turn.system_prompt
-        await ws.send_json(config)
-        images = await asyncio.to_thread(lambda: [_jpeg_base64(f) for f in turn.frames])
-        for image in images:
-            await ws.send_json({"type": "video.frame", "data": image})
-        for start in range(0, len(turn.audio_pcm16), AUDIO_CHUNK_BYTES):
-            chunk = turn.audio_pcm16[start : start + AUDIO_CHUNK_BYTES]
-            await ws.send_json({"type": "audio.chunk", "data": base64.b64encode(chunk).decode("ascii")})
-        await ws.send_json({"type": "video.query", "text": turn.query})
-        await ws.send_json({"type": "video.done"})
+    def open_session(self, session_id: str, settings: LiveSettings) -> UpstreamSession:
+        return UpstreamSession(self.pool, session_id, settings)
 
     async def generate(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:
-        async with self.pool.connect() as (upstream, ws):
-            self._sockets[turn.request_id] = ws
-            try:
-                await self._send_turn(ws, turn)
-                text = ""
-                while True:
-                    event = await _receive(self.pool, upstream, ws, UNDERSTAND_MESSAGE_BYTES)
-                    if isinstance(event, bytes):
+        session = turn.engine_session
+        own = not isinstance(session, UpstreamSession)
+        if not isinstance(session, UpstreamSession):
+            session = UpstreamSession(self.pool, turn.request_id, _one_turn_settings(turn))
+        frames = await asyncio.to_thread(lambda: [_jpeg(f) for f in turn.frames])
+        text = ""
+        try:
+            # aclosing: an interrupt that closes this stream must end the upstream turn too, at once.
+            async with aclosing(session.turn(UpstreamTurn(turn.query, turn.audio_pcm16, frames))) as events:
+                async for event in events:
+                    if isinstance(event, ContextLost):
+                        yield event
                         continue
                     kind = event.get("type")
                     if kind == "response.text.delta":
                         text += event["delta"]
                         if len(text) > MAX_ANSWER_CHARS:
-                            raise EngineError(f"upstream {upstream.url} answered over {MAX_ANSWER_CHARS} characters")
+                            raise EngineError(f"the upstream answered over {MAX_ANSWER_CHARS} characters")
                         yield TextDelta(event["delta"])
                     elif kind == "response.text.done" and event["text"].startswith(text) and event["text"] != text:
                         # Without async chunking upstream sends no deltas, only the full text here.
@@ -157,18 +162,13 @@ class RemoteUnderstandEngine:
                         text = event["text"]
                     elif kind in AUDIO_DELTA_TYPES:
                         yield AudioChunk(await asyncio.to_thread(_wav_samples, event["data"]))
-                    elif kind == "error":
-                        raise EngineError(f"upstream {upstream.url}: {event.get('message')}")
-                    elif kind == "session.done":
-                        return
-            finally:
-                self._sockets.pop(turn.request_id, None)
+        finally:
+            if own:
+                await session.close()
 
     async def abort(self, request_id: str) -> None:
-        """Closing the socket aborts the upstream request (the reference aborts on disconnect)."""
-        ws = self._sockets.pop(request_id, None)
-        if ws is not None:
-            await ws.close()
+        """Nothing left to do: an unfinished turn closes its upstream socket as it ends, which makes
+        the upstream abort the request at once."""
 
     async def close(self) -> None:
         await self.pool.close()
@@ -176,14 +176,18 @@ class RemoteUnderstandEngine:
 
 @dataclass
 class _RemoteGeneration:
-    ws: aiohttp.ClientWebSocketResponse
+    ws: aiohttp.ClientWebSocketResponse | None = None  # None until the upstream socket is open
+    started: asyncio.Event = field(default_factory=asyncio.Event)  # upstream's video.start, or the end
+    ended: bool = False
     chunk_index: int = 0
+    media_chunks: int = 0
     events: ChunkEvents | None = None  # the upstream's report for the chunk it is sending
     interactions: dict[str, asyncio.Future[int]] = field(default_factory=dict)
 
 
 def _start_message(request: GenerateRequest) -> dict[str, Any]:
     fields: dict[str, Any] = {
+        "model": request.model,
         "prompt": request.prompt,
         "negative_prompt": request.negative_prompt,
         "width": request.width,
@@ -212,8 +216,13 @@ class RemoteGenerateEngine:
     def _on_event(self, generation: _RemoteGeneration, upstream: Upstream, event: dict[str, Any]) -> bool:
         """Handle one upstream event; True at the end of the generation."""
         kind = event.get("type")
-        if kind == "video.chunk_metadata" and event.get("kind", "media") == "media":
-            generation.chunk_index = int(event.get("generation_chunk_index", generation.chunk_index))
+        if kind == "video.start":
+            generation.started.set()
+        elif kind == "video.chunk_metadata" and event.get("kind", "media") == "media":
+            # A model served without streaming output sends one chunk, and no index (null).
+            index = event.get("generation_chunk_index")
+            generation.chunk_index = int(index) if index is not None else generation.media_chunks
+            generation.media_chunks += 1
             generation.events = ChunkEvents.from_report(event)
         elif kind == "session.interaction.queued":
             future = generation.interactions.pop(event.get("event_id", ""), None)
@@ -224,14 +233,16 @@ class RemoteGenerateEngine:
             if future is not None and not future.done():
                 future.set_exception(EngineError(event.get("message", "interaction failed")))
         elif kind == "error":
-            raise EngineError(f"upstream {upstream.url}: {event.get('message')}")
+            logger.info("upstream %s: generation failed: %s", upstream.url, event.get("message"))
+            raise EngineError(f"upstream: {event.get('message')}")
         return kind == "session.done"
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[VideoChunk]:
-        async with self.pool.connect() as (upstream, ws):
-            generation = self._running[request.request_id] = _RemoteGeneration(ws)
-            decoder = FragmentedMp4Decoder()
-            try:
+        generation = self._running.setdefault(request.request_id, _RemoteGeneration())
+        try:
+            async with self.pool.connect() as (upstream, ws):
+                generation.ws = ws
+                decoder = FragmentedMp4Decoder()
                 await ws.send_json(_start_message(request))
                 while True:
                     message = await _receive(self.pool, upstream, ws, EVENT_BYTES)
@@ -242,14 +253,25 @@ class RemoteGenerateEngine:
                     frames = await asyncio.to_thread(decoder.decode, message)
                     if frames:
                         yield VideoChunk(frames=frames, chunk_index=generation.chunk_index, events=generation.events)
-            finally:
-                self._running.pop(request.request_id, None)
-                for future in generation.interactions.values():
-                    future.cancel()
+        finally:
+            self._running.pop(request.request_id, None)
+            generation.ended = True
+            generation.started.set()
+            for future in generation.interactions.values():
+                future.cancel()
 
     async def interact(self, request_id: str, event_id: str, prompt: str, transition_chunks: int = 0) -> int:
-        generation = self._running.get(request_id)
-        if generation is None:
+        # An interaction may come before the upstream's video.start (even before generate() runs):
+        # it waits for it, as vLLM-Omni's own handler queues one sent right after its video.start.
+        generation = self._running.setdefault(request_id, _RemoteGeneration())
+        try:
+            async with asyncio.timeout(INTERACTION_TIMEOUT_S):
+                await generation.started.wait()
+        except TimeoutError:
+            if generation.ws is None:
+                self._running.pop(request_id, None)
+            raise
+        if generation.ended or generation.ws is None:
             raise ValueError(f"no running generation {request_id}")
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         generation.interactions[event_id] = future
@@ -260,7 +282,7 @@ class RemoteGenerateEngine:
 
     async def abort(self, request_id: str) -> None:
         generation = self._running.pop(request_id, None)
-        if generation is not None and not generation.ws.closed:
+        if generation is not None and generation.ws is not None and not generation.ws.closed:
             await generation.ws.send_json({"type": "session.stop"})
             await generation.ws.close()
 

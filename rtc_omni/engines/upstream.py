@@ -1,7 +1,8 @@
 """The upstream servers a remote engine forwards to: choice by load, health checks, failover.
 
-Each request (a turn or a generation) opens its own WebSocket to one endpoint path of one upstream.
-The pool picks the healthy upstream with the fewest open requests; an upstream that refused a
+Each generation, and each understanding session, holds its own WebSocket to one endpoint path of
+one upstream.
+The pool picks the healthy upstream with the fewest open sockets; an upstream that refused a
 connection or dropped one mid-request is skipped for `retry_s`, then tried again. Besides these
 passive checks, the pool polls each upstream's HTTP health endpoint (`/health`, which vLLM's and
 vLLM-Omni's servers and ours answer) every `health_interval_s`, so a dead upstream is skipped
@@ -9,12 +10,14 @@ before a session lands on it and a recovered one comes back without waiting for 
 upstream is marked down, they are all tried anyway (soonest back first), so a fleet that recovers
 is used again without a restart. A server that answers that it does not serve the endpoint (one
 model per vLLM-Omni server) is tried last from then on, so understanding and generation servers
-can share one `--upstream` list.
+can share one `--upstream` list. Upstream addresses stay in logs and metrics: messages that reach
+clients never name them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,6 +26,8 @@ from dataclasses import dataclass
 import aiohttp
 
 from .base import EngineError
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # the largest kind: one generated fMP4 chunk
 
@@ -111,9 +116,9 @@ class UpstreamPool:
     def mark_not_serving(self, upstream: Upstream) -> None:
         upstream.serves = False
 
-    @asynccontextmanager
-    async def connect(self) -> AsyncIterator[tuple[Upstream, aiohttp.ClientWebSocketResponse]]:
-        """A WebSocket to the best upstream that answers; EngineError when none does."""
+    async def open(self) -> tuple[Upstream, aiohttp.ClientWebSocketResponse]:
+        """A WebSocket to the best upstream that answers, counted as open until `release`;
+        EngineError when none does (the addresses go to the log, not to the client)."""
         http = self._session()
         failures: list[str] = []
         for upstream in self.candidates():
@@ -125,13 +130,22 @@ class UpstreamPool:
                 failures.append(f"{upstream.url}: {exc or type(exc).__name__}")
                 continue
             upstream.active += 1
-            try:
-                yield upstream, ws
-            finally:
-                upstream.active -= 1
-                await ws.close()
-            return
-        raise EngineError("no upstream reachable (" + "; ".join(failures) + ")")
+            return upstream, ws
+        logger.warning("no upstream reachable for %s (%s)", self.path, "; ".join(failures))
+        raise EngineError(f"no upstream reachable ({len(failures)} tried)")
+
+    async def release(self, upstream: Upstream, ws: aiohttp.ClientWebSocketResponse) -> None:
+        upstream.active -= 1
+        await ws.close()
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[tuple[Upstream, aiohttp.ClientWebSocketResponse]]:
+        """`open` for the length of one request."""
+        upstream, ws = await self.open()
+        try:
+            yield upstream, ws
+        finally:
+            await self.release(upstream, ws)
 
     async def close(self) -> None:
         if self._health_task is not None:

@@ -38,6 +38,7 @@ def serve_argv(settings: Settings) -> list[str]:
     """The `vllm serve` command line for the settings: the model, `--omni`, the deploy config, the
     stage overrides, then each `--engine-arg` as a flag (`KEY=VALUE` gives `--KEY=VALUE`, a bare
     `KEY` gives `--KEY`; underscores may stand for dashes)."""
+    assert settings.model is not None  # Settings names a model for every engine but remote
     argv = ["serve", settings.model, "--omni"]
     if settings.deploy_config:
         argv += ["--deploy-config", settings.deploy_config]

@@ -343,6 +343,14 @@ class SpeechStoppedEvent(ServerEvent):
     audio_end_ms: float
 
 
+class ContextLost(ServerEvent):
+    """Extension: the model no longer remembers earlier turns (a remote upstream was replaced)."""
+
+    type: ClassVar[str] = "session.context_lost"
+    request_id: str  # the turn that is answered without them
+    message: str
+
+
 class SessionDone(ServerEvent):
     type: ClassVar[str] = "session.done"
 

@@ -185,8 +185,8 @@ class GenerateSession(Session[proto.ClientMessage, GenerateEngine]):
         if request is None:
             self._ends_reference_session(message.invalid)
             return
-        served = self.settings.model
-        if request.model is not None and request.model != served:
+        served = self.settings.model  # None: a gateway that lets its upstream check the name
+        if request.model is not None and served is not None and request.model != served:
             self._ends_reference_session(proto.model_mismatch_error(request.model, served))
             return
         params = request.resolve_video_params()
@@ -225,6 +225,7 @@ class GenerateSession(Session[proto.ClientMessage, GenerateEngine]):
                 if name in request.model_fields_set and getattr(request, name) is not None
             },
             lora=request.lora,
+            model=request.model,
         )
         self.video.fps = float(engine_request.fps)
         self.state = "generating"

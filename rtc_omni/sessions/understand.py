@@ -28,7 +28,11 @@ from .. import metrics
 from ..engines.base import (
     TALKER_SAMPLE_RATE,
     AudioChunk,
+    ContextLost,
     EngineError,
+    EngineSession,
+    LiveSettings,
+    LiveUnderstandEngine,
     TextDelta,
     TurnFrame,
     UnderstandEngine,
@@ -158,12 +162,15 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         self._server_vad: ServerVad | None = None
         self._history: deque[dict[str, Any]] = deque(maxlen=MAX_HISTORY_MESSAGES)
         self._turn: _Turn | None = None
+        self._engine_session: EngineSession | None = None  # engine-side state, for engines that keep one
 
     # ----------------------------------------------------------------- lifecycle
 
     async def _stop_work(self) -> None:
         self.state = "closed"
         await self._cancel_turn(notify=False)
+        if self._engine_session is not None:  # engine session hook (remote engine)
+            await self._engine_session.close()
 
     async def _release(self) -> None:
         self._frames = FrameBuffer(1)
@@ -290,6 +297,26 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         )
         if self.state == "configuring":
             self.state = "active"
+        self._open_engine_session(config)
+
+    def _open_engine_session(self, config: proto.SessionConfig) -> None:
+        """Engine session hook: an engine that follows sessions live (the remote engine) gets one
+        per config, and from then on every buffered frame and, without server VAD, the audio."""
+        if not isinstance(self.engine, LiveUnderstandEngine):
+            return
+        if self._engine_session is not None:
+            self._tasks.spawn(self._engine_session.close())
+        settings = LiveSettings(
+            model=config.model,
+            system_prompt=config.system_prompt,
+            modalities=tuple(config.modalities),
+            num_frames=config.num_frames,
+            max_frames=config.max_frames,
+            use_audio_in_video=config.use_audio_in_video,
+            sampling_params_list=config.sampling_params_list,
+            audio_streamed=self._server_vad is None,
+        )
+        self._engine_session = self.engine.open_session(self.session_id, settings)
 
     # ----------------------------------------------------------------- media in
 
@@ -377,6 +404,8 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             self._ack(frame, accepted=False, reason="filtered")
             return
         evicted = self._frames.append(frame)
+        if self._engine_session is not None:  # engine session hook
+            self._engine_session.add_frame(frame.data)
         if evicted is not None:
             self.counters.frames_evicted += 1
         dropped_id = evicted.frame_id if evicted is not None and evicted.has_id else None
@@ -403,6 +432,8 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
 
     def _append_audio(self, pcm16: bytes) -> None:
         metrics.AUDIO_MS_IN.inc(len(pcm16) / 32)
+        if self._engine_session is not None and self._server_vad is None:  # engine session hook
+            self._engine_session.add_audio(pcm16)
         if not self._audio.append(pcm16):
             self._error(proto.AUDIO_BUFFER_OVERFLOW)
         if self._server_vad is not None:
@@ -537,6 +568,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
                 model=config.model,
                 use_audio_in_video=config.use_audio_in_video,
                 sampling_params_list=config.sampling_params_list,
+                engine_session=self._engine_session,
             )
             consumed_pending = any(f.has_id for f in frames)
             started = time.monotonic()
@@ -562,6 +594,8 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
                         self._emit(proto.AudioDeltaEvent(request_id=request_id, data=data))
                     if self.talker is not None:
                         await self.talker.write(output.samples)
+                elif isinstance(output, ContextLost):
+                    self._emit(proto.ContextLost(request_id=request_id, message=output.reason))
             turn.engine_finished = True
         except asyncio.CancelledError:
             raise

@@ -1,0 +1,257 @@
+"""The bridge against vLLM-Omni 0.30's genuine WebSocket handlers: an aiortc peer -> a gateway
+(`--engine remote`, in this process) -> vLLM-Omni's own `/v1/video/chat/stream` and
+`/v1/realtime/video` route functions and handler classes, served by tests/vllm_cpu/genuine_server.py
+in the vLLM-Omni environment with fake engines (no model). Each test checks one fault the bridge
+had against them, by what the peer sees and what the upstream engine was asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from rtc_omni.app import create_app
+from rtc_omni.client.peer import GenerateClient
+from rtc_omni.config import Settings
+from rtc_omni.engines import create_engines
+
+from .conftest import FAST_SETTINGS, ClientFactory, RunningServer
+from .netns import require_loopback_namespace
+
+SCRIPT = Path(__file__).resolve().parent / "vllm_cpu" / "genuine_server.py"
+START_TIMEOUT_S = 180.0  # importing vLLM on a busy 2-core machine
+QWEN = "qwen-omni-tiny"
+WAN = "wan-tiny"
+SETTINGS_SENT = {
+    "model": QWEN,
+    "system_prompt": "Be brief.",
+    "sampling_params_list": [{"temperature": 0.3, "max_tokens": 50}],
+    "use_audio_in_video": False,
+}
+
+
+class Genuine:
+    """One genuine_server.py process on 127.0.0.1."""
+
+    def __init__(self, *args: str) -> None:
+        python = os.environ.get("RTC_OMNI_VLLM_PYTHON")
+        if not python:
+            message = "RTC_OMNI_VLLM_PYTHON names no vLLM-Omni environment (tests/vllm_cpu/env.sh builds one)"
+            if os.environ.get("CI") == "true":
+                pytest.fail(message)
+            pytest.skip(message)
+        require_loopback_namespace()
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="genuine-", suffix=".log")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [python, str(SCRIPT), "--port", "0", *args],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""},
+        )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            lines = Path(self.log.name).read_text().splitlines()
+            port = next((line.split()[-1] for line in lines if line.startswith("listening on")), None)
+            if port is not None:
+                break
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("genuine_server.py did not start:\n" + "\n".join(lines[-30:]))
+            time.sleep(0.2)
+        self.url = f"ws://127.0.0.1:{port}"
+        self.http = f"http://127.0.0.1:{port}"
+
+    async def record(self) -> dict[str, list[Any]]:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(self.http + "/test/record") as response:
+                return await response.json()
+
+    async def wait_record(self, where: Callable[[dict[str, list[Any]]], bool], timeout: float = 10.0) -> dict:
+        async with asyncio.timeout(timeout):
+            while not where(record := await self.record()):
+                await asyncio.sleep(0.05)
+        return record
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def understanding() -> Iterator[Genuine]:
+    server = Genuine("--kind", "understand")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def generation() -> Iterator[Genuine]:
+    server = Genuine("--kind", "generate", "--model", WAN)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def generation_without_streaming() -> Iterator[Genuine]:
+    server = Genuine("--kind", "generate", "--model", WAN, "--no-streaming")
+    yield server
+    server.stop()
+
+
+GatewayFactory = Callable[..., Awaitable[RunningServer]]
+
+
+@pytest.fixture
+async def gateway() -> AsyncIterator[GatewayFactory]:
+    """`rtc-omni serve --engine remote --upstream ...`, without --model."""
+    servers: list[TestServer] = []
+
+    async def factory(*upstreams: str) -> RunningServer:
+        settings = Settings(**FAST_SETTINGS, engine="remote", upstream=list(upstreams), upstream_retry=60)
+        server = TestServer(create_app(settings, engines=await create_engines(settings)), host="127.0.0.1", port=0)
+        await server.start_server()
+        servers.append(server)
+        return RunningServer(server)
+
+    yield factory
+    for server in servers:
+        await server.close()
+
+
+def _requests(record: dict[str, list[Any]], query: str) -> list[dict[str, Any]]:
+    return [r for r in record["requests"] if r.get("query") == query]
+
+
+async def test_answers_keep_the_conversation_and_the_session_settings_on_one_upstream_session(
+    understanding: Genuine, gateway: GatewayFactory, make_client: ClientFactory
+) -> None:
+    front = await gateway(understanding.url)
+    client = await make_client(front, colour="red", tone=440.0, config=SETTINGS_SENT)
+    await client.wait_event("video.frame.ack")
+    await asyncio.sleep(1.0)  # some microphone audio for the first turn
+
+    first = await client.ask("what is this?")
+    await asyncio.sleep(1.0)  # ... and for the second, which reaches the upstream as it is sampled
+    second = await client.ask("and now?")
+
+    # Answers as vLLM-Omni's handler sends them, heard at the peer.
+    assert not first.errors and "you asked: what is this?" in first.text and "audio yes" in first.text
+    assert client.recorder is not None and client.recorder.voiced_frames(first.sent_at, first.done_at) > 10
+    assert not second.errors and "you asked: and now?" in second.text and "audio yes" in second.text
+    record = await understanding.record()
+    (asked_first,) = _requests(record, "what is this?")
+    (asked_second,) = _requests(record, "and now?")
+    # One upstream session: the second prompt replays the first exchange from its history.
+    assert asked_second["history"] == ["what is this?", first.text]
+    # session.config reached the upstream engine: the per-stage sampling params, no audio in the
+    # video (the mic audio is there, yet no use_audio_in_video), the system prompt, the model name.
+    assert asked_first["sampling_params_list"] == [{"temperature": 0.3, "max_tokens": 50}]
+    assert asked_first["audio"] is True and asked_first["mm_processor_kwargs"] is None
+    assert asked_first["system"] == ["Be brief."] and asked_first["model"] == QWEN
+    assert asked_first["images"] >= 1
+
+
+async def test_an_interrupt_aborts_the_upstream_request_before_its_next_output(
+    understanding: Genuine, gateway: GatewayFactory, make_client: ClientFactory
+) -> None:
+    front = await gateway(understanding.url)
+    client = await make_client(front, colour="blue", tone=None, config={"modalities": ["text"]})
+    await client.wait_event("video.frame.ack")
+    mark = len(client.events)
+    client.send({"type": "video.query", "text": "tell a slow story"})
+    started = await client.wait_event("response.start", after=mark)
+    await client.wait_event("response.text.delta", after=mark)  # the upstream is generating
+    record = await understanding.wait_record(lambda r: bool(_requests(r, "tell a slow story")))
+    (request,) = _requests(record, "tell a slow story")
+
+    client.send({"type": "response.cancel"})
+    cancelled = await client.wait_event("response.cancelled", after=mark)
+    # The fake engine pauses 30 s after its first word: the abort must not wait for its next output.
+    await understanding.wait_record(lambda r: request["request_id"] in r["aborts"], timeout=10.0)
+
+    assert cancelled["request_id"] == started["request_id"]
+    after = await client.ask("still there?")
+    assert not after.errors and "you asked: still there?" in after.text
+
+
+async def test_a_failed_upstream_is_replaced_and_the_client_hears_that_context_was_lost(
+    understanding: Genuine, gateway: GatewayFactory, make_client: ClientFactory
+) -> None:
+    doomed = Genuine("--kind", "understand")
+    try:
+        front = await gateway(doomed.url, understanding.url)
+        client = await make_client(front, colour="green", tone=None, config={"modalities": ["text"]})
+        await client.wait_event("video.frame.ack")
+        first = await client.ask("who answers first?")
+        assert _requests(await doomed.record(), "who answers first?")
+    finally:
+        doomed.stop()
+
+    second = await client.ask("who answers now?")
+
+    lost = [e for e in second.events if e["type"] == "session.context_lost"]
+    assert not first.errors and not second.errors and "you asked: who answers now?" in second.text
+    assert len(lost) == 1 and lost[0]["request_id"] == second.request_id
+    assert "127.0.0.1" not in str(client.events)  # no upstream address reaches the client
+    (asked,) = _requests(await understanding.record(), "who answers now?")
+    assert asked["history"] == [] and asked["images"] >= 1  # the new upstream got the frames, not the past
+
+
+async def test_a_generation_takes_the_upstreams_model_name_and_an_interaction_sent_at_once(
+    generation: Genuine, gateway: GatewayFactory
+) -> None:
+    front = await gateway(generation.url)
+    client = GenerateClient(front.url)
+    await client.connect()
+    try:
+        await client.start(prompt="a green field", model=WAN, fps=16, num_frames=32, size="160x128")
+        change = {"event_id": "e1", "event": {"prompt": "a red field"}, "transition_chunks": 0}
+        client.send({"type": "session.interaction", "interaction": change})
+        queued = await client.wait_event(where=lambda e: e["type"] in ("session.interaction.queued", "error"))
+        done = await client.wait_event("session.done", timeout=30)
+    finally:
+        await client.close()
+
+    assert queued["type"] == "session.interaction.queued" and queued["event_id"] == "e1"
+    assert done["stopped"] is False and done["frames"] == 32
+    interactions = (await generation.record())["interactions"]
+    assert {"event_id": "e1", "prompt": "a red field"} in [
+        {k: i[k] for k in ("event_id", "prompt")} for i in interactions
+    ]
+
+
+async def test_a_generation_without_streaming_output_arrives_whole(
+    generation_without_streaming: Genuine, gateway: GatewayFactory
+) -> None:
+    front = await gateway(generation_without_streaming.url)
+    client = GenerateClient(front.url)
+    await client.connect()
+    try:
+        await client.start(prompt="a blue field", model=WAN, fps=16, num_frames=24, size="160x128")
+        done = await client.wait_event(where=lambda e: e["type"] in ("session.done", "error"), timeout=30)
+        await asyncio.sleep(0.3)
+        frames = list(client.receiver.frames) if client.receiver is not None else []
+    finally:
+        await client.close()
+
+    assert done["type"] == "session.done" and done["stopped"] is False and done["frames"] == 24
+    chunks = [e for e in client.events if e["type"] == "video.chunk_metadata"]
+    assert chunks and {c["generation_chunk_index"] for c in chunks} == {0}
+    blue = frames[-1].mean_rgb
+    assert blue[2] > blue[0] + 60 and blue[2] > blue[1] + 60
