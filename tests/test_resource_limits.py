@@ -222,13 +222,16 @@ async def test_a_websocket_generation_reports_where_its_recording_is_fetched(
 
 
 async def hostile_upstream(path: str, reply: str) -> tuple[TestServer, str]:
-    """An upstream that answers any request on `path` with one text message, `reply`."""
+    """An upstream that answers any request on `path` (a query or a generation's start) with one
+    text message, `reply`, after the turn's `response.start`."""
 
     async def answer(request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         async for message in ws:
-            if '"video.done"' in message.data or '"session.start"' in message.data:
+            if '"video.query"' in message.data:
+                await ws.send_json({"type": "response.start", "request_id": "r"})
+            if '"video.query"' in message.data or '"session.start"' in message.data:
                 await ws.send_str(reply)
         return ws
 

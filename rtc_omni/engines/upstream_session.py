@@ -269,6 +269,8 @@ class UpstreamSession:
         if turn.audio_pcm16 and not self._audio_in_step:
             query["audio_data"] = _b64(turn.audio_pcm16)
         events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(TURN_EVENT_QUEUE)
+        if connection.reader is not None and connection.reader.done():  # it went away before this turn
+            events.put_nowait(_CLOSED)
         self._turn_events = events
         self._pending_query = query
         self._wake.set()
