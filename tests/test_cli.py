@@ -197,6 +197,8 @@ def test_json_logs_name_the_session_on_every_session_line(served) -> None:
             "120",
             "--query",
             "hi",
+            "--config",
+            '{"modalities": ["text"]}',  # a test about logs: no talker to wait for
             "--warmup",
             "0.5",
         ],

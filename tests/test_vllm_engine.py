@@ -93,6 +93,7 @@ async def test_text_and_audio_reach_the_peer_as_vllm_omni_produced_them(
         assert wav.getframerate() == 16_000 and wav.getnframes() > 6000  # the 0.5 s of mic before the query
     assert parts[-1] == {"type": "text", "text": "What do you see?"}
 
+    omni.audio_groups = [[4 * 1920]]  # the second turn is about the history: 80 ms of talker, not 4.5 s
     second = await client.ask("And now?")
     history = chat.requests[1]["messages"][1:3]
     assert history == [{"role": "user", "content": "What do you see?"}, {"role": "assistant", "content": result.text}]
