@@ -1,10 +1,16 @@
-"""Shared fixtures: an in-process server on 127.0.0.1 and headless aiortc peers restricted to loopback."""
+"""Shared fixtures: an in-process server on 127.0.0.1 and headless aiortc peers restricted to loopback.
+
+Tests that stream real-time media (real peers, a browser, coturn, FFmpeg or the CLI in a subprocess)
+are marked `media`; `python -m pytest -m "not media"` is the fast tier. A test that uses one of
+MEDIA_FIXTURES is marked here; others say so with `pytest.mark.media`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import numpy as np
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -15,8 +21,10 @@ from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
 from rtc_omni.client.peer import UnderstandClient
 from rtc_omni.config import Settings
 from rtc_omni.engines import Engines, SyntheticEngine, SyntheticVideoEngine, create_engines
+from rtc_omni.engines.synthetic import tone_voice
 from rtc_omni.signaling.keys import ENGINES, REGISTRY
 
+from .tools import require_tool
 from .wsclient import WsClient
 
 patches.apply()  # every peer of the suite gathers on 127.0.0.1 only, as the servers do
@@ -30,6 +38,34 @@ FAST_SETTINGS = dict(
     synthetic_voice="tone",
     session_rate_limit=0,  # tests open many sessions from one address; test_reliability checks the limit
 )
+
+
+MEDIA_FIXTURES = {"make_client", "coturn", "browser", "served"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if MEDIA_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.media)
+
+
+@pytest.fixture
+def espeak_ng() -> str:
+    """espeak-ng, for tests that speak real sentences; without it they skip (fail under CI)."""
+    return require_tool("espeak-ng", "apt-get install espeak-ng")
+
+
+class ShortSpeechEngine(SyntheticEngine):
+    """The synthetic engine, whose talker speaks only the first sentences of the answer (one sentence is
+    ~1.3 s of tone voice, the whole answer ~10 s, played in real time): the same talker path, for tests
+    about speech that need not hear all of it. The text is the whole answer."""
+
+    def __init__(self, settings: Settings, sentences: int) -> None:
+        super().__init__(settings.synthetic_ttft, settings.synthetic_token_rate, settings.synthetic_audio_speed, "tone")
+        self.sentences = sentences
+
+    def _speak(self, text: str) -> np.ndarray:
+        return tone_voice(". ".join(text.split(". ")[: self.sentences]))
 
 
 class RunningServer:
@@ -61,10 +97,15 @@ ServerFactory = Callable[..., Awaitable[RunningServer]]
 async def make_server() -> AsyncIterator[ServerFactory]:
     servers: list[TestServer] = []
 
-    async def factory(engine: Any = None, video_engine: Any = None, **overrides: Any) -> RunningServer:
-        """A server with FAST_SETTINGS plus overrides; `engine` / `video_engine` replace the synthetic ones."""
+    async def factory(
+        engine: Any = None, video_engine: Any = None, spoken_sentences: int | None = None, **overrides: Any
+    ) -> RunningServer:
+        """A server with FAST_SETTINGS plus overrides; `engine` / `video_engine` replace the synthetic ones;
+        `spoken_sentences` makes the understanding engine a ShortSpeechEngine."""
         settings = Settings(**{**FAST_SETTINGS, **overrides})
         engines = await create_engines(settings)
+        if spoken_sentences is not None:
+            engine = ShortSpeechEngine(settings, spoken_sentences)
         engines = Engines(understand=engine or engines.understand, generate=video_engine or engines.generate)
         server = TestServer(create_app(settings, engines=engines), host="127.0.0.1", port=0)
         await server.start_server()

@@ -110,7 +110,7 @@ async def test_config_must_come_first_and_bad_config_is_reported(
 async def test_config_timeout_applies_defaults_and_the_session_goes_on(
     make_server: ServerFactory, make_client: ClientFactory
 ) -> None:
-    server = await make_server(config_timeout=0.5)
+    server = await make_server(config_timeout=0.5, spoken_sentences=1)
     client = await make_client(server, colour="green", tone=None)
     assert await next_error(client, 0) == "Timeout waiting for session.config"
     await client.wait_event("video.frame.ack")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from rtc_omni.bench import report, run, understand, websocket
 from rtc_omni.bench.cli import plan_from
 from rtc_omni.cli import build_parser
@@ -19,6 +21,7 @@ def test_bench_arguments_choose_the_plan() -> None:
     assert plan_from(build_parser().parse_args(["bench"])) == run.FULL
 
 
+@pytest.mark.media
 async def test_one_tiny_measurement_of_each_transport(server, tmp_path: Path) -> None:
     connect = await understand.measure_connect(server.url, 1)
     assert len(connect.connected_s) == 1 and len(connect.first_ack_s) == 1

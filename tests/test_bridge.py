@@ -14,6 +14,7 @@ import wave
 from collections.abc import AsyncIterator
 
 import numpy as np
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
@@ -65,7 +66,7 @@ def _accepted(event: dict) -> bool:
 async def test_a_bridged_peer_gets_answers_about_its_camera_and_hears_them(
     make_server: ServerFactory, make_client: ClientFactory
 ) -> None:
-    backend = await make_server()
+    backend = await make_server(spoken_sentences=1)
     front = await gateway(make_server, backend)
     client = await make_client(front, colour="red", tone=440.0, config={})
     await client.wait_event(where=_accepted)
@@ -83,7 +84,7 @@ async def test_a_bridged_peer_gets_answers_about_its_camera_and_hears_them(
 async def test_a_bridged_interrupt_cancels_the_upstream_turn(
     make_server: ServerFactory, make_client: ClientFactory
 ) -> None:
-    backend = await make_server(synthetic_ttft=0.8, synthetic_audio_speed=2.0)
+    backend = await make_server(synthetic_ttft=0.8, synthetic_audio_speed=2.0, spoken_sentences=1)
     front = await gateway(make_server, backend)
     client = await make_client(front, colour="blue", tone=None, config={})
     await client.wait_event(where=_accepted)
@@ -105,6 +106,7 @@ async def test_a_bridged_interrupt_cancels_the_upstream_turn(
             await asyncio.sleep(0.05)
 
 
+@pytest.mark.media
 async def test_bridged_generation_arrives_in_order_and_reports_the_upstreams_interactions(
     make_server: ServerFactory,
 ) -> None:
@@ -212,6 +214,7 @@ async def test_a_server_without_the_endpoint_is_tried_last_from_then_on(
     assert not front.app[ENGINES].understand.pool.upstreams[0].serves
 
 
+@pytest.mark.media
 async def test_stopping_a_bridged_generation_stops_the_upstream(make_server: ServerFactory) -> None:
     backend = await make_server(
         synthetic_chunk_frames=5, synthetic_first_chunk_latency=0.1, synthetic_chunk_latency=0.2

@@ -18,6 +18,8 @@ from rtc_omni.media import blockcode
 
 from .conftest import RunningServer, ServerFactory, http_json
 
+pytestmark = pytest.mark.media
+
 SMALL = {"size": "320x240"}
 
 

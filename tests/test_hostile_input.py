@@ -115,6 +115,7 @@ async def serving(**overrides: Any) -> TestServer:
     return server
 
 
+@pytest.mark.media
 @fuzz_settings
 @given(messages=st.lists(hostile(UNDERSTAND_FIELDS), min_size=20, max_size=40))
 def test_understanding_survives_random_messages(messages: list[Any]) -> None:
@@ -140,6 +141,7 @@ def test_understanding_survives_random_messages(messages: list[Any]) -> None:
     asyncio.run(run())
 
 
+@pytest.mark.media
 @fuzz_settings
 @given(messages=st.lists(hostile(GENERATE_FIELDS), min_size=20, max_size=40))
 def test_generation_survives_random_messages(messages: list[Any]) -> None:

@@ -23,7 +23,9 @@ async def test_answers_use_ports_inside_the_range_and_sessions_connect(
 ) -> None:
     server = await make_server(ice_port_min=PORTS.start, ice_port_max=PORTS.stop - 1)
     try:
-        clients = [await make_client(server, colour="red", tone=None, config={}) for _ in range(2)]
+        clients = [
+            await make_client(server, colour="red", tone=None, config={"modalities": ["text"]}) for _ in range(2)
+        ]
         for client in clients:
             ports = candidate_ports(client.pc.remoteDescription.sdp)
             assert ports and all(port in PORTS for port in ports), ports

@@ -16,6 +16,8 @@ from rtc_omni.client.peer import UnderstandClient
 from .conftest import RunningServer, http_json
 from .test_lifecycle import server_tasks, wait_until
 
+pytestmark = pytest.mark.media
+
 SESSIONS = 100
 
 

@@ -6,6 +6,7 @@ import asyncio
 import re
 
 import aiohttp
+import pytest
 
 from rtc_omni.client.peer import UnderstandClient
 
@@ -88,6 +89,7 @@ async def test_the_media_goes_on_when_the_datachannel_closes(server: RunningServ
     assert after["audio_ms_buffered"] > before["audio_ms_buffered"]
 
 
+@pytest.mark.media
 async def test_a_failed_dtls_handshake_frees_the_session(make_server: ServerFactory) -> None:
     server = await make_server(ice_connect_timeout=10)
     client = UnderstandClient(server.url, audio=None)
@@ -111,6 +113,7 @@ async def test_a_failed_dtls_handshake_frees_the_session(make_server: ServerFact
     assert server_tasks() == []
 
 
+@pytest.mark.media
 async def test_a_peer_that_vanishes_is_freed_within_the_silence_timeout(make_server: ServerFactory) -> None:
     import signal
     import subprocess

@@ -21,8 +21,8 @@ from rtc_omni.client.peer import UnderstandClient
 from rtc_omni.signaling.ice import advertise_public_addresses, turn_rest_credentials
 
 from .conftest import RunningServer, ServerFactory, http_json
-from .netns import require_loopback_namespace
 from .test_whip import SDP, http_raw, publisher_offer
+from .tools import require_loopback_namespace, require_tool
 
 SECRET = "turn-test-secret"
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +41,7 @@ async def coturn(tmp_path: Path) -> AsyncIterator[str]:
     Request it before `make_server`, so the server's peers release their allocations while it runs.
     """
     require_loopback_namespace()
+    require_tool("turnserver", "apt-get install coturn")
     port = free_udp_port()
     relay_from = 50000 + port % 10000
     process = await asyncio.create_subprocess_exec(

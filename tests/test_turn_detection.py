@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
 import time
 
 import numpy as np
@@ -16,7 +15,7 @@ from rtc_omni.media.vad import VoiceActivityDetector
 
 from .conftest import RunningServer, ServerFactory
 
-pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng (.ci/run installs it)")
+pytestmark = pytest.mark.usefixtures("espeak_ng")
 
 VAD = {"turn_detection": {"type": "server_vad"}}
 
@@ -43,6 +42,7 @@ async def speaking_client(server: RunningServer, config: dict, echo_gain: float 
     return client
 
 
+@pytest.mark.media
 async def test_each_pause_ends_a_turn_with_that_speech(server: RunningServer) -> None:
     first, second = speech48("What colour is this?"), speech48("And what can you hear now?")
     client = await speaking_client(server, {**VAD, "modalities": ["text"]})
@@ -69,6 +69,7 @@ async def test_each_pause_ends_a_turn_with_that_speech(server: RunningServer) ->
     assert first_stop["audio_end_ms"] > 3000  # after the noise and the first silence
 
 
+@pytest.mark.media
 async def test_talking_over_the_answer_interrupts_it(make_server: ServerFactory) -> None:
     server = await make_server(synthetic_audio_speed=2.0)
     first, second = speech48("Tell me everything."), speech48("Stop, that is enough.")
@@ -93,8 +94,9 @@ async def test_talking_over_the_answer_interrupts_it(make_server: ServerFactory)
     assert abs(reported_speech_seconds(answer["text"]) - seconds(second)) <= 0.15
 
 
+@pytest.mark.media
 async def test_the_talkers_own_echo_does_not_interrupt(make_server: ServerFactory) -> None:
-    server = await make_server(synthetic_audio_speed=2.0)
+    server = await make_server(synthetic_audio_speed=2.0, spoken_sentences=2)  # ~4 s of talker, all echoed
     client = await speaking_client(server, VAD, echo_gain=0.8)
     try:
         client.recorder.echo_to = client.audio.echo  # loudspeaker -> microphone, no echo cancellation
@@ -111,6 +113,7 @@ async def test_the_talkers_own_echo_does_not_interrupt(make_server: ServerFactor
     assert heard > 100  # the whole answer was spoken, echo and all (> 2 s)
 
 
+@pytest.mark.media
 async def test_a_peer_without_a_datachannel_gets_answers_by_speaking(make_server: ServerFactory) -> None:
     server = await make_server(turn_detection="server_vad", config_timeout=0.3)
     client = await speaking_client(server, {}, control=False)

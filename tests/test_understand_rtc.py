@@ -18,7 +18,10 @@ def _accepted(event: dict) -> bool:
     return event.get("type") == "video.frame.ack" and event["accepted"]
 
 
-async def test_answer_names_the_camera_colour_and_the_tone(server: RunningServer, make_client: ClientFactory) -> None:
+async def test_answer_names_the_camera_colour_and_the_tone(
+    make_server: ServerFactory, make_client: ClientFactory
+) -> None:
+    server = await make_server(spoken_sentences=1)
     client = await make_client(server, colour="red", tone=440.0, config={})
     await client.wait_event(where=_accepted)
     await asyncio.sleep(1.0)  # let the microphone fill the audio buffer
@@ -58,7 +61,7 @@ async def test_answer_follows_the_camera_when_it_changes(server: RunningServer, 
 async def test_interrupt_cancels_the_turn_and_silences_the_talker(
     make_server: ServerFactory, make_client: ClientFactory
 ) -> None:
-    server = await make_server(synthetic_ttft=1.0, synthetic_audio_speed=4.0)
+    server = await make_server(synthetic_ttft=1.0, synthetic_audio_speed=4.0, spoken_sentences=1)
     client = await make_client(server, colour="red", tone=None, config={})
     await client.wait_event(where=_accepted)
     recorder = client.recorder

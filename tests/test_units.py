@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import time
 
 import numpy as np
@@ -166,7 +165,7 @@ def test_every_setting_is_a_flag_and_an_environment_variable() -> None:
         load_settings(None, environ={"RTC_OMNI_IDLE_TIMEOUT": "-1"})
 
 
-@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is not installed (.ci/run installs it)")
+@pytest.mark.usefixtures("espeak_ng")
 def test_espeak_voice_speaks_the_answer() -> None:
     speech = espeak_voice("The newest frame is mostly red.")
     assert 1.0 < speech.size / 24000 < 5.0

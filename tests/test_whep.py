@@ -19,6 +19,8 @@ from .conftest import ClientFactory, RunningServer, ServerFactory, http_json
 from .test_lifecycle import server_tasks, wait_until
 from .test_whip import AUTH, SDP, TOKEN, http_raw
 
+pytestmark = pytest.mark.media
+
 
 class WhepPlayer:
     """A WHEP player: a recvonly offer POSTed as application/sdp, the answer applied."""
@@ -90,8 +92,9 @@ async def test_two_players_share_one_encode_of_the_generated_video(make_server: 
 
 
 async def test_a_player_hears_the_talker_of_an_understanding_session(
-    server: RunningServer, make_client: ClientFactory
+    make_server: ServerFactory, make_client: ClientFactory
 ) -> None:
+    server = await make_server(spoken_sentences=1)
     client = await make_client(server, colour="red", tone=440.0, config={})
     player = WhepPlayer("audio")
     try:

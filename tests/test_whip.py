@@ -41,8 +41,9 @@ async def publisher_offer(video: bool = True, audio: bool = True) -> tuple[RTCPe
     return pc, pc.localDescription.sdp
 
 
+@pytest.mark.media
 async def test_whip_publisher_with_a_controller(make_server: ServerFactory) -> None:
-    server = await make_server(auth_token=TOKEN)
+    server = await make_server(auth_token=TOKEN, spoken_sentences=1)
     pc, offer = await publisher_offer()
     status, headers, answer = await http_raw(server, "POST", "/whip", data=offer, headers={**AUTH, **SDP})
     assert status == 201, answer

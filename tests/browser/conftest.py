@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import struct
 import wave
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ..tools import require_loopback_namespace, require_tool, unavailable
 
 CHROMIUM = os.environ.get("RTC_OMNI_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [
@@ -38,25 +39,6 @@ CHROMIUM_FLAGS = [
 # What the fake camera shows and the fake microphone plays: the page's answers must name them.
 CAMERA_COLOUR = ("blue", (0, 0, 255))
 MIC_TONE_HZ = 660.0
-
-
-def under_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-def unavailable(reason: str) -> None:
-    """Skip locally; under CI a browser test that cannot run is a failure, never a skip."""
-    if under_ci():
-        pytest.fail(f"browser tests cannot run under CI: {reason}")
-    pytest.skip(reason)
-
-
-def network_interfaces() -> set[str]:
-    return set(os.listdir("/sys/class/net"))
-
-
-def in_loopback_only_namespace() -> bool:
-    return network_interfaces() == {"lo"}
 
 
 def write_y4m(path: Path, rgb: tuple[int, int, int], width: int = 320, height: int = 240, frames: int = 15) -> None:
@@ -109,19 +91,12 @@ def artifacts(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def browser(fake_media: tuple[Path, Path]) -> AsyncIterator[Any]:
-    if not in_loopback_only_namespace():
-        unavailable(
-            "Chromium may only run inside a loopback-only network namespace; this one has "
-            f"{sorted(network_interfaces())}. Run: ip netns add rtcomni-browser; "
-            "ip netns exec rtcomni-browser ip link set lo up; "
-            "ip netns exec rtcomni-browser python -m pytest tests/browser"
-        )
+    require_loopback_namespace()  # Chromium's ICE agent cannot be kept on 127.0.0.1 otherwise
     try:
         from playwright.async_api import async_playwright
     except ImportError:
         unavailable("the playwright package is not installed (pip install -e '.[test]')")
-    if shutil.which(CHROMIUM) is None:
-        unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+    require_tool(CHROMIUM, "apt-get install chromium")
     flags = chromium_flags(*fake_media)
     async with async_playwright() as playwright:
         launched = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=flags, timeout=30_000)

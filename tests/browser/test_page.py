@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from .conftest import CAMERA_COLOUR, MIC_TONE_HZ, PageFactory, under_ci
+from ..tools import under_ci
+from .conftest import CAMERA_COLOUR, MIC_TONE_HZ, PageFactory
 
 try:
     from playwright.async_api import Page, expect
