@@ -49,6 +49,12 @@ TIME_TO_FIRST_AUDIO = Histogram(
 GENERATED_FRAMES_SENT = Counter(
     "rtc_omni_generated_frames_sent", "Generated video frames handed to the RTP sender.", registry=REGISTRY
 )
+OUTGOING_FRAMES_DROPPED = Counter(
+    "rtc_omni_outgoing_frames_dropped",
+    "Outgoing frames dropped for a consumer (an RTP sender, a shared encoder) that stopped reading.",
+    ["kind"],
+    registry=REGISTRY,
+)
 ERRORS = Counter(
     "rtc_omni_errors",
     "Error events sent to clients, by session kind and error type.",
