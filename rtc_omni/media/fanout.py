@@ -26,9 +26,10 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from .. import metrics
 
 STALLED_S = 2.0
-# Frames each consumer may have waiting. Audio keeps one, so an interrupt that flushes the talker
-# is heard within a packet or two; video keeps a few to ride over an encoder running late.
-QUEUE_FRAMES = {"audio": 1, "video": 8}
+# Frames each consumer may have waiting while it encodes the one before: one is enough to lose
+# none. Audio keeps one, so an interrupt that flushes the talker is heard within a packet or two;
+# video keeps two, and beyond them the source's clock slips (one re-base, no burst at the peer).
+QUEUE_FRAMES = {"audio": 1, "video": 2}
 
 Media = av.frame.Frame | av.Packet  # what a MediaStreamTrack's recv() returns
 
