@@ -1,12 +1,21 @@
-"""Lossy networks: generated video arrives complete (lost packets resent on NACK) or recovers
-within a second after an outage, understanding turns still answer and the talker is still heard.
+"""Lossy networks: generated video arrives whole and in order (lost packets are resent on NACK)
+and recovers within a second after an outage, understanding turns still answer and the talker is
+still heard.
 
 Loss is made by nftables in a namespace of each test's own (tests/lossy.py; this kernel has no
 netem, so there is no delay or jitter here). The figures come from tests/lossy_probe.py, which
 docs/benchmarks.md runs by hand.
+
+The peers are aiortc's, whose video jitter buffer releases at most one frame per packet that
+arrives: once a resent packet fills a hole, the frames complete behind it come out one per later
+packet, so with one packet per frame (small generated frames) the receiver stays a frame behind
+per recovered loss and the last few frames of a stream never leave its buffer. A browser does not
+do this; the assertions allow for it at the tail only (RECEIVER_TAIL frames), never mid-stream.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -15,16 +24,22 @@ from .lossy_probe import FRAMES, measure
 
 pytestmark = pytest.mark.slow
 
+RECEIVER_TAIL = 8  # about 2 losses expected per 96 packets at 2 %; more than 8 has odds near 1 in 2000
+
+
+def assert_whole_and_in_order(video: dict[str, Any]) -> None:
+    assert video["in_order"], video
+    assert [i for i in video["missing"] if i < FRAMES - RECEIVER_TAIL] == [], video
+
 
 def test_two_percent_random_loss_loses_no_frame_and_keeps_the_talker_heard() -> None:
     require_nftables()
     figures = measure(loss_percent=2)
     for watcher in ("creator", "whep_viewer"):
-        video = figures["generation"][watcher]
-        assert video["missing"] == [] and video["in_order"], (watcher, video)
+        assert_whole_and_in_order(figures["generation"][watcher])
     turn = figures["understanding"]
-    assert turn["answered"], turn
-    assert turn["talker_heard_s"] >= 0.9 * turn["talker_spoken_s"] > 0, turn
+    assert "mostly red" in turn["answer"] and "440 Hz" in turn["answer"] and not turn["errors"], turn
+    assert turn["talker_heard_s"] >= 0.8 * turn["talker_spoken_s"] > 0, turn
 
 
 def test_video_recovers_within_a_second_of_an_outage_and_the_turn_still_answers() -> None:
@@ -33,8 +48,8 @@ def test_video_recovers_within_a_second_of_an_outage_and_the_turn_still_answers(
     figures = measure(outage_s=outage_s)
     for watcher in ("creator", "whep_viewer"):
         video = figures["generation"][watcher]
-        assert video["in_order"] and video["received"] >= FRAMES - 2 * outage_s * 24, (watcher, video)
-        assert all(seconds <= 1.0 for seconds in video["recovered_after_s"]), (watcher, video)
+        assert_whole_and_in_order(video)
+        assert len(video["recovered_after_s"]) == 2 and max(video["recovered_after_s"]) <= 1.0, video
     turn = figures["understanding"]
-    assert turn["answered"], turn
-    assert turn["talker_heard_s"] >= turn["talker_spoken_s"] - outage_s - 0.5 > 0, turn
+    assert "mostly red" in turn["answer"] and "440 Hz" in turn["answer"] and not turn["errors"], turn
+    assert turn["talker_heard_s"] >= 0.8 * (turn["talker_spoken_s"] - outage_s) > 0, turn
