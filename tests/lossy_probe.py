@@ -93,6 +93,7 @@ async def understanding_turn(server: RunningServer, namespace: str, outage_s: fl
         await client.connect()
         await client.configure()
         await client.wait_event("video.frame.ack", timeout=20)
+        await asyncio.sleep(1.5)  # let the microphone fill the audio buffer
         peer = server.registry.get(client.session_id)
         talker = peer.outgoing
         voiced_before = talker.voiced_frames_sent

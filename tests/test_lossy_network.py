@@ -39,7 +39,7 @@ def test_two_percent_random_loss_loses_no_frame_and_keeps_the_talker_heard() -> 
         assert_whole_and_in_order(figures["generation"][watcher])
     turn = figures["understanding"]
     assert "mostly red" in turn["answer"] and "440 Hz" in turn["answer"] and not turn["errors"], turn
-    assert turn["talker_heard_s"] >= 0.8 * turn["talker_spoken_s"] > 0, turn
+    assert turn["talker_heard_s"] >= 0.75 * turn["talker_spoken_s"] > 0, turn
 
 
 def test_video_recovers_within_a_second_of_an_outage_and_the_turn_still_answers() -> None:
@@ -52,4 +52,4 @@ def test_video_recovers_within_a_second_of_an_outage_and_the_turn_still_answers(
         assert len(video["recovered_after_s"]) == 2 and max(video["recovered_after_s"]) <= 1.0, video
     turn = figures["understanding"]
     assert "mostly red" in turn["answer"] and "440 Hz" in turn["answer"] and not turn["errors"], turn
-    assert turn["talker_heard_s"] >= 0.8 * (turn["talker_spoken_s"] - outage_s) > 0, turn
+    assert turn["talker_heard_s"] >= 0.75 * (turn["talker_spoken_s"] - outage_s) > 0, turn
