@@ -186,7 +186,8 @@ async def test_a_slow_engine_makes_the_track_wait_without_a_burst(make_server: S
     stalls = [i for i, g in enumerate(gaps) if g > 0.5]
     assert len(stalls) == 2  # between the three chunks
     for i in stalls:  # after each stall the pace resumes at 1/fps: no catch-up burst
-        assert all(g > 0.5 / 30 for g in gaps[i + 1 : i + 6])
+        # (judged over five frames: on a loaded machine one frame may reach the peer close behind another)
+        assert sum(gaps[i + 1 : i + 6]) > 5 * 0.5 / 30, gaps[i + 1 : i + 6]
 
 
 class BurstVideoEngine(SyntheticVideoEngine):
