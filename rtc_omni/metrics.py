@@ -64,6 +64,12 @@ DATACHANNEL_OVERFLOWS = Counter(
     "Peers closed because their control DataChannel took no events (over 1 MiB unsent).",
     registry=REGISTRY,
 )
+OUTGOING_FRAMES_DROPPED = Counter(
+    "rtc_omni_outgoing_frames_dropped",
+    "Outgoing frames dropped for a consumer (an RTP sender, a shared encoder) that stopped reading.",
+    ["kind"],
+    registry=REGISTRY,
+)
 ERRORS = Counter(
     "rtc_omni_errors",
     "Error events sent to clients, by session kind and error type.",

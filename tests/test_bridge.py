@@ -34,6 +34,7 @@ from rtc_omni.engines import (
 from rtc_omni.signaling.keys import ENGINES
 
 from .conftest import FAST_SETTINGS, ClientFactory, RunningServer, ServerFactory
+from .test_generate_rtc import received_through
 
 
 class CountingEngine(SyntheticEngine):
@@ -123,8 +124,7 @@ async def test_bridged_generation_arrives_in_order_and_reports_the_upstreams_int
         client.send({"type": "session.interaction", "interaction": change})
         queued = await client.wait_event(where=lambda e: e["type"] in ("session.interaction.queued", "error"))
         done = await client.wait_event("session.done", timeout=30)
-        await asyncio.sleep(0.4)
-        frames = list(client.receiver.frames)
+        frames = await received_through(client.receiver, 59)
     finally:
         await client.close()
 

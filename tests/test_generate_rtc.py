@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import time
 from collections.abc import AsyncIterator
@@ -12,11 +13,13 @@ import av
 import numpy as np
 import pytest
 
+from rtc_omni.client.media import VideoReceiver
 from rtc_omni.client.peer import GenerateClient
 from rtc_omni.engines import GenerateRequest, SyntheticVideoEngine, VideoChunk
 from rtc_omni.media import blockcode
 
 from .conftest import RunningServer, ServerFactory, http_json
+from .test_lifecycle import wait_until
 
 pytestmark = pytest.mark.media
 
@@ -39,20 +42,29 @@ async def settle(client: GenerateClient, seconds: float = 0.4) -> list:
     return list(client.receiver.frames)
 
 
+async def received_through(receiver: VideoReceiver | None, last_index: int, timeout: float = 10.0) -> list:
+    """What `receiver` has once frame `last_index` arrived (or, after `timeout`, whatever did).
+
+    The server sends every frame, but on a loaded machine the last may reach the peer a little
+    after `session.done`; a test that asserts completeness waits for it rather than a fixed time.
+    """
+    with contextlib.suppress(TimeoutError):
+        await wait_until(lambda: receiver is not None and any(f.index >= last_index for f in receiver.frames), timeout)
+    return list(receiver.frames) if receiver is not None else []
+
+
 @pytest.mark.parametrize("codec", ["vp8", "h264"])
 async def test_frames_arrive_complete_in_order_at_the_requested_rate(gen_server: RunningServer, codec: str) -> None:
     client = await connect(gen_server, video_codec=codec)
     try:
         start = await client.start(prompt="a green field", fps=16, num_frames=66, **SMALL)
         done = await client.wait_event("session.done", timeout=30)
-        frames = await settle(client)
+        frames = await received_through(client.receiver, 65)
     finally:
         await client.close()
 
     assert start["config"]["prompt"] == "a green field"
-    indices = [f.index for f in frames]
-    assert indices == sorted(set(indices))  # strictly increasing
-    assert len(indices) >= 66 * 0.99 and indices[-1] == 65 and len(indices) == 66
+    assert [f.index for f in frames] == list(range(66))  # in order, none missing
     assert done["request_id"] == start["request_id"]
     assert (done["chunks"], done["frames"], done["stopped"]) == (2, 66, False)
     gaps = [b.at - a.at for a, b in zip(frames, frames[1:])]
@@ -168,7 +180,7 @@ async def test_a_slow_engine_makes_the_track_wait_without_a_burst(make_server: S
     try:
         await client.start(prompt="x", fps=30, num_frames=30, **SMALL)
         await client.wait_event("session.done", timeout=20)
-        frames = await settle(client)
+        frames = await received_through(client.receiver, 29)
     finally:
         await client.close()
     assert [f.index for f in frames] == list(range(30))
@@ -176,7 +188,8 @@ async def test_a_slow_engine_makes_the_track_wait_without_a_burst(make_server: S
     stalls = [i for i, g in enumerate(gaps) if g > 0.5]
     assert len(stalls) == 2  # between the three chunks
     for i in stalls:  # after each stall the pace resumes at 1/fps: no catch-up burst
-        assert all(g > 0.5 / 30 for g in gaps[i + 1 : i + 6])
+        # (judged over five frames: on a loaded machine one frame may reach the peer close behind another)
+        assert sum(gaps[i + 1 : i + 6]) > 5 * 0.5 / 30, gaps[i + 1 : i + 6]
 
 
 class BurstVideoEngine(SyntheticVideoEngine):

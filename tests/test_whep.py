@@ -3,7 +3,6 @@ session's talker; viewers of one codec share one encode; HTTP semantics of the v
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ from rtc_omni.signaling import peer as peer_module
 from rtc_omni.signaling.ice import rtc_configuration
 
 from .conftest import ClientFactory, RunningServer, ServerFactory, http_json
+from .test_generate_rtc import received_through
 from .test_lifecycle import server_tasks, wait_until
 from .test_whip import AUTH, SDP, TOKEN, http_raw
 
@@ -80,10 +80,9 @@ async def test_two_players_share_one_encode_of_the_generated_video(make_server: 
         assert stats["shared_encoders"] == {codec: 2} and stats["attached_peers"] == 2
         await creator.start(prompt="a red square", fps=16, num_frames=40, size="320x240")
         await creator.wait_event("session.done", timeout=30)
-        await asyncio.sleep(0.5)
-        for player in players:
-            assert player.video is not None
-            assert [f.index for f in player.video.frames] == list(range(40))  # in order, none missing
+        for receiver in [creator.receiver] + [player.video for player in players]:
+            frames = await received_through(receiver, 39)
+            assert [f.index for f in frames] == list(range(40))  # in order, none missing
     finally:
         for player in players:
             await player.close()

@@ -2,9 +2,12 @@
 
 aiortc encodes once per frame per sender. Instead, a `SharedEncoder` reads the outgoing track
 once, encodes each frame once for one codec with PyAV, and hands every subscriber the same
-`av.Packet`; aiortc's sender only packetizes a packet (interop.md 1.2). Pass-through cannot honour
-a viewer's keyframe request (PLI), so video gets a keyframe every KEYFRAME_INTERVAL_S of media
-time, and a subscriber (new, or one that fell too far behind) starts at the next keyframe.
+`av.Packet`; aiortc's sender only packetizes a packet (interop.md 1.2). Video gets a keyframe every
+KEYFRAME_INTERVAL_S of media time, and a subscriber (new, or one that fell too far behind) starts
+at the next keyframe. aiortc's sender cannot pass a viewer's keyframe request (PLI, FIR) on to a
+pre-encoded source, so `forward_keyframe_requests` does: the next frame is encoded as a keyframe
+for every viewer, at most once per MIN_KEYFRAME_GAP_S. Lost packets are resent by aiortc itself
+(NACK, with RTX when negotiated) from its history of sent packets.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 
 import av
+from aiortc import RTCRtpSender
 from aiortc.codecs.h264 import DEFAULT_BITRATE as H264_BITRATE
 from aiortc.codecs.vpx import DEFAULT_BITRATE as VP8_BITRATE
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
@@ -23,6 +27,7 @@ from av.video.codeccontext import VideoCodecContext
 from av.video.reformatter import VideoReformatter
 
 KEYFRAME_INTERVAL_S = 1.0
+MIN_KEYFRAME_GAP_S = 0.25  # between keyframes asked for by viewers: a PLI flood costs little bitrate
 MAX_QUEUED_PACKETS = 64  # per subscriber; beyond it the backlog is dropped (video resumes at a keyframe)
 OPUS_RATE = 48_000
 OPUS_FRAME_SAMPLES = 960
@@ -33,10 +38,13 @@ SHARED_CODECS = ("video/h264", "video/vp8", "audio/opus")
 class EncodedTrack(MediaStreamTrack):
     """One viewer's feed of a SharedEncoder: recv() returns encoded packets, oldest first."""
 
-    def __init__(self, kind: str, on_stop: Callable[[EncodedTrack], None]) -> None:
+    def __init__(
+        self, kind: str, on_stop: Callable[[EncodedTrack], None], on_keyframe_request: Callable[[], None]
+    ) -> None:
         super().__init__()
         self.kind = kind
         self._on_stop = on_stop
+        self.request_keyframe = on_keyframe_request
         self._packets: deque[av.Packet] = deque()
         self._arrived = asyncio.Event()
         self._needs_keyframe = kind == "video"
@@ -85,6 +93,7 @@ class SharedEncoder:
         self._resampler: av.AudioResampler | None = None
         self._first_pts: int | None = None
         self._last_keyframe_s: float | None = None
+        self._keyframe_requested = False
         self._task = asyncio.ensure_future(self._run())
 
     @property
@@ -92,9 +101,13 @@ class SharedEncoder:
         return len(self._subscribers)
 
     def subscribe(self) -> EncodedTrack:
-        track = EncodedTrack(self.source.kind, self._unsubscribe)
+        track = EncodedTrack(self.source.kind, self._unsubscribe, self.request_keyframe)
         self._subscribers.append(track)
         return track
+
+    def request_keyframe(self) -> None:
+        """A viewer lost picture data (PLI or FIR): make a coming frame a keyframe for all."""
+        self._keyframe_requested = True
 
     def _unsubscribe(self, track: EncodedTrack) -> None:
         if track in self._subscribers:
@@ -141,12 +154,15 @@ class SharedEncoder:
             codec = self._video = self._open_video(frame)
             self._last_keyframe_s = None
         seconds = float(frame.pts * frame.time_base) if frame.pts is not None and frame.time_base else 0.0
-        due = self._last_keyframe_s is None or seconds - self._last_keyframe_s >= KEYFRAME_INTERVAL_S
+        since = None if self._last_keyframe_s is None else seconds - self._last_keyframe_s
+        asked = self._keyframe_requested and (since is None or since >= MIN_KEYFRAME_GAP_S)
+        due = since is None or since >= KEYFRAME_INTERVAL_S or asked
         # Our own reformatter: the frame's cached one is shared with the creator's sender thread.
         frame = self._reformatter.reformat(frame, format="yuv420p")
         frame.pict_type = av.video.frame.PictureType.I if due else av.video.frame.PictureType.NONE
         if due:
             self._last_keyframe_s = seconds
+            self._keyframe_requested = False
         return list(codec.encode(frame))
 
     def _open_video(self, frame: av.VideoFrame) -> VideoCodecContext:
@@ -182,3 +198,13 @@ class SharedEncoder:
         for resampled in self._resampler.resample(frame):
             packets += self._audio.encode(resampled)
         return packets
+
+
+def forward_keyframe_requests(sender: RTCRtpSender, track: EncodedTrack) -> None:
+    """Pass the keyframe requests (PLI, FIR) that `sender` receives on to the shared encoder.
+
+    aiortc's sender records a request for its own encoder (`_send_keyframe`), which a sender of
+    pre-encoded packets never uses; replacing that one method on this sender is the smallest hook.
+    tests/test_units.py checks that a PLI still reaches it.
+    """
+    sender._send_keyframe = track.request_keyframe  # type: ignore[method-assign]

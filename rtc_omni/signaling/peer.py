@@ -3,7 +3,7 @@
 `PeerSession` owns the session and the peer connection that created it (a JSON offer or a WHIP
 publisher). It turns every `control` DataChannel into `receive_text` calls and fans events back
 out as JSON text, drains incoming tracks (into the session when it takes media, media/ingest.py),
-serves the session's outgoing track (talker audio or generated video) through one MediaRelay, and
+serves the session's outgoing track (talker audio or generated video) through one TrackFanout, and
 closes everything when the peer goes away or never connects. `AttachedPeer` is a further peer
 connection on a running session: a controller (DataChannel plus outgoing media) or a WHEP viewer.
 """
@@ -20,13 +20,13 @@ from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 from aiortc import RTCDataChannel, RTCPeerConnection, RTCRtpTransceiver, RTCSessionDescription
-from aiortc.contrib.media import MediaRelay
 from aiortc.mediastreams import MediaStreamTrack
 from aiortc.sdp import SessionDescription
 
 from ..config import Settings
+from ..media.fanout import TrackFanout
 from ..media.ingest import discard, start_ingest
-from ..media.shared_encode import SHARED_CODECS, SharedEncoder
+from ..media.shared_encode import SHARED_CODECS, EncodedTrack, SharedEncoder, forward_keyframe_requests
 from ..media.talker import TalkerAudioTrack
 from ..media.video_out import GeneratedVideoTrack
 from ..metrics import DATACHANNEL_OVERFLOWS
@@ -247,7 +247,7 @@ class PeerSession(_PeerLink):
         )
         self._on_closed = on_closed
         self._last_rtp_at = time.monotonic()
-        self._relay = MediaRelay()
+        self._fanout = TrackFanout(self.outgoing)
         self._encoders: dict[str, SharedEncoder] = {}  # by codec MIME type, while they have viewers
         self.attached: set[AttachedPeer] = set()
 
@@ -313,10 +313,10 @@ class PeerSession(_PeerLink):
                 return
 
     def subscribe_outgoing(self) -> MediaStreamTrack:
-        """A consumer's view of the outgoing track; all consumers share its frames."""
-        return self._relay.subscribe(self.outgoing, buffered=False)
+        """A consumer's view of the outgoing track; every consumer gets every frame (media/fanout.py)."""
+        return self._fanout.subscribe()
 
-    def subscribe_encoded(self, mime_type: str) -> MediaStreamTrack:
+    def subscribe_encoded(self, mime_type: str) -> EncodedTrack:
         """The outgoing track encoded for `mime_type`, one encode shared by all its subscribers."""
         encoder = self._encoders.get(mime_type)
         if encoder is None:
@@ -366,6 +366,7 @@ class PeerSession(_PeerLink):
             encoder.stop()
         await self._tasks.cancel_all()
         self.outgoing.stop()
+        self._fanout.stop()
         await self.pc.close()
         result = self._on_closed(self)
         if asyncio.iscoroutine(result):
@@ -423,7 +424,7 @@ class AttachedPeer(_PeerLink):
         super().__init__(f"{name} of session {owner.session_id}", owner.settings)
         self.owner = owner
         self.resource_id = new_session_id()  # a WHEP viewer's resource URL
-        self._track: MediaStreamTrack | None = None
+        self._track: EncodedTrack | None = None
 
     async def accept(self, offer: RTCSessionDescription) -> RTCSessionDescription:
         self.pc.on("track", lambda track: self._tasks.spawn(discard(track)))
@@ -432,7 +433,7 @@ class AttachedPeer(_PeerLink):
         transceiver = next((t for t in self.pc.getTransceivers() if t.kind == kind), None)
         if self.owner.has_outgoing and transceiver is not None:
             self._track = self.owner.subscribe_encoded(_negotiated_mime_type(transceiver))
-            self.pc.addTrack(self._track)
+            forward_keyframe_requests(self.pc.addTrack(self._track), self._track)
         return await self._answer()
 
     def _control(self) -> tuple[ControlChannels, ControlReceiver]:

@@ -1,0 +1,174 @@
+"""What a user notices on a lossy network: a generation watched by its creator and a WHEP viewer,
+then one spoken understanding turn, through a namespace that drops UDP datagrams (tests/lossy.py).
+
+    python -m tests.lossy_probe --loss 2             # 2 % random loss (root, nftables)
+    python -m tests.lossy_probe --outage 0.5         # every datagram lost for 0.5 s, twice
+
+It creates its own namespace, runs itself inside it (server and peers in one process, on
+127.0.0.1) and prints the figures as JSON. tests/test_lossy_network.py asserts on them and
+docs/benchmarks.md publishes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp.test_utils import TestServer
+
+from rtc_omni.app import create_app
+from rtc_omni.client.media import COLOURS, ColourVideoTrack, ReceivedVideoFrame, ToneAudioTrack
+from rtc_omni.client.peer import GenerateClient, UnderstandClient
+from rtc_omni.config import Settings
+from rtc_omni.engines import create_engines
+
+from .conftest import FAST_SETTINGS, RunningServer
+from .lossy import lossy_namespace, outage, set_random_loss
+from .test_generate_rtc import received_through
+from .test_whep import WhepPlayer
+
+ROOT = Path(__file__).resolve().parent.parent
+FRAMES, FPS, SIZE = 96, 24, "416x240"
+OUTAGE_AFTER_FRAMES = (24, 60)  # the generation's outages start once the creator has these frames
+
+
+def video_figures(frames: list[ReceivedVideoFrame], outages_ended: list[float]) -> dict[str, Any]:
+    indices = [f.index for f in frames]
+    arrivals = [f.at for f in frames]
+    freezes = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    recoveries = [min((at for at in arrivals if at >= end), default=float("inf")) - end for end in outages_ended]
+    return {
+        "received": len(indices),
+        "missing": sorted(set(range(FRAMES)) - set(indices)),
+        "in_order": indices == sorted(set(indices)),
+        "longest_freeze_s": round(max(freezes, default=0.0), 3),
+        "recovered_after_s": [round(r, 3) for r in recoveries],
+    }
+
+
+async def network_outage(namespace: str, seconds: float, ended: list[float]) -> None:
+    outage(namespace, True)
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        outage(namespace, False)
+        ended.append(time.monotonic())
+
+
+async def generation(server: RunningServer, namespace: str, outage_s: float) -> dict[str, Any]:
+    creator = GenerateClient(server.url, video_codec="vp8")
+    viewer = WhepPlayer("video", "video/vp8")
+    ended: list[float] = []
+    try:
+        await creator.connect()
+        assert creator.session_id is not None
+        await viewer.play(server, creator.session_id)
+        await creator.start(prompt="a red square", fps=FPS, num_frames=FRAMES, size=SIZE)
+        for after in OUTAGE_AFTER_FRAMES if outage_s else ():
+            async with asyncio.timeout(30):
+                while creator.receiver is None or len(creator.receiver.frames) < after:
+                    await asyncio.sleep(0.01)
+            await network_outage(namespace, outage_s, ended)
+        await creator.wait_event("session.done", timeout=60)
+        return {
+            "creator": video_figures(await received_through(creator.receiver, FRAMES - 1, 5), ended),
+            "whep_viewer": video_figures(await received_through(viewer.video, FRAMES - 1, 5), ended),
+        }
+    finally:
+        await viewer.close()
+        await creator.close()
+
+
+async def understanding_turn(server: RunningServer, namespace: str, outage_s: float) -> dict[str, Any]:
+    camera = ColourVideoTrack(COLOURS["red"], 320, 240, 30)
+    client = UnderstandClient(server.url, video=camera, audio=ToneAudioTrack(440.0))
+    try:
+        await client.connect()
+        await client.configure()
+        await client.wait_event("video.frame.ack", timeout=20)
+        await asyncio.sleep(1.5)  # let the microphone fill the audio buffer
+        peer = server.registry.get(client.session_id)
+        talker = peer.outgoing
+        voiced_before = talker.voiced_frames_sent
+        ended: list[float] = []
+        if outage_s:  # the network goes while the answer is being spoken
+            asyncio.get_running_loop().call_later(
+                0.5, lambda: asyncio.ensure_future(network_outage(namespace, outage_s, ended))
+            )
+        result = await client.ask("What do you see and hear?", timeout=60)
+        async with asyncio.timeout(30):  # the talker plays the answer out in real time
+            while talker.speaking or (outage_s and not ended):
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
+        assert client.recorder is not None
+        heard = client.recorder.voiced_frames(result.sent_at) * 0.02
+        spoken = (talker.voiced_frames_sent - voiced_before) * 0.02
+        return {
+            "answer": result.text[:300],
+            "errors": result.errors,
+            "time_to_first_text_s": round(result.time_to_first_text or float("inf"), 3),
+            "talker_spoken_s": round(spoken, 2),
+            "talker_heard_s": round(heard, 2),
+        }
+    finally:
+        await client.close()
+
+
+async def measure_inside(namespace: str, outage_s: float) -> dict[str, Any]:
+    """Run the probe's sessions against an in-process server; call inside the lossy namespace."""
+    settings = Settings(
+        **{**FAST_SETTINGS, "synthetic_chunk_frames": 24, "synthetic_first_chunk_latency": 0.3}  # type: ignore[arg-type]
+    )
+    test_server = TestServer(create_app(settings, engines=await create_engines(settings)), host="127.0.0.1", port=0)
+    await test_server.start_server()
+    try:
+        server = RunningServer(test_server)
+        return {
+            "generation": await generation(server, namespace, outage_s),
+            "understanding": await understanding_turn(server, namespace, outage_s),
+        }
+    finally:
+        await test_server.close()
+
+
+def measure(loss_percent: int = 0, outage_s: float = 0.0, timeout: float = 150.0) -> dict[str, Any]:
+    """Make a lossy namespace, run the probe inside it, and return its figures."""
+    with lossy_namespace() as namespace:
+        set_random_loss(namespace, loss_percent)
+        command = ["ip", "netns", "exec", namespace, sys.executable, "-m", "tests.lossy_probe", "--inside", namespace]
+        environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(
+            [*command, "--outage", str(outage_s)],
+            cwd=ROOT,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"lossy probe failed ({done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}")
+        figures = json.loads(done.stdout.strip().splitlines()[-1])
+        return {"loss_percent": loss_percent, "outage_s": outage_s, **figures}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--loss", type=int, default=0, help="percent of UDP datagrams dropped at random")
+    parser.add_argument("--outage", type=float, default=0.0, help="seconds of total UDP loss, twice per generation")
+    parser.add_argument("--inside", metavar="NAMESPACE", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inside:
+        print(json.dumps(asyncio.run(measure_inside(args.inside, args.outage))))
+    else:
+        print(json.dumps(measure(args.loss, args.outage), indent=2))
+
+
+if __name__ == "__main__":
+    main()
