@@ -1,0 +1,428 @@
+"""The realtime session: the OpenAI Realtime API's conversation over the session skeleton.
+
+A third session type beside understanding and generation (docs/realtime.md says why): the
+conversation is a list of addressable items (sessions/conversation.py), a response is asked for
+(`response.create`) rather than triggered by a query, and each response is given the earlier
+items as history. It shares the skeleton's inbox, loop, clocks and close; the understanding
+engine and its stall-bounded stream; the bounded 16 kHz audio buffer; and the `Talker`.
+Events follow OpenAI's order: response.created, output_item.added, conversation.item.added,
+content_part.added, the deltas, then the .done events from the innermost out, response.done last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import logging
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from PIL import Image
+
+from .. import metrics
+from ..engines.base import TALKER_SAMPLE_RATE, AudioChunk, EngineError, TextDelta, TurnFrame, UnderstandEngine
+from ..engines.base import UnderstandTurn as EngineTurn
+from ..media.pcm_resample import PcmStream, convert
+from ..media.wav import float_to_pcm16
+from ..protocol import realtime as proto
+from ..protocol.codec import Refusal
+from ..protocol.understand import MAX_AUDIO_BUFFER_BYTES
+from .audio_buffer import BYTES_PER_MS, AudioBuffer
+from .base import Session
+from .conversation import Conversation, Item, Part
+from .engine_stream import stall_bounded
+from .understand import Talker
+
+logger = logging.getLogger(__name__)
+
+BUFFER_RATE = 16_000  # what the engines take
+
+SessionState = Literal["active", "closed"]
+ResponseStatus = Literal["completed", "cancelled", "failed"]
+
+
+@dataclass
+class _Response:
+    id: str
+    item: Item
+    part: Part
+    modality: str  # "text" or "audio"
+    task: asyncio.Task[None] | None = None
+    engine_finished: bool = False
+
+
+def _check_image(data: bytes) -> None:
+    """Raise when `data` is not an image PIL can read whole."""
+    with Image.open(io.BytesIO(data)) as image:
+        image.load()
+
+
+def _decode_rgb(images: list[bytes]) -> list[TurnFrame]:
+    frames = []
+    for data in images:
+        with Image.open(io.BytesIO(data)) as image:
+            frames.append(TurnFrame(rgb=np.asarray(image.convert("RGB")), frame_id=None, pts_ms=None, jpeg=data))
+    return frames
+
+
+@dataclass(kw_only=True)
+class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, UnderstandEngine]):
+    """One OpenAI Realtime conversation."""
+
+    kind: ClassVar[str] = "realtime"
+    max_messages: ClassVar[int] = 200
+    binary_refusal: ClassVar[Refusal] = proto.BINARY_REFUSAL
+
+    talker: Talker | None = None
+    model: str | None = None
+    state: SessionState = "active"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.config = proto.SessionConfig(model=self.model)
+        self._conversation = Conversation()
+        self._audio = AudioBuffer(MAX_AUDIO_BUFFER_BYTES)
+        self._input = PcmStream(proto.INPUT_SAMPLE_RATE, BUFFER_RATE)
+        self._response: _Response | None = None
+        self.responses = {"completed": 0, "cancelled": 0, "failed": 0}
+
+    def start(self) -> None:
+        self._emit(proto.SessionCreated(session=self.config.to_wire()))
+        super().start()
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def _stop_work(self) -> None:
+        self.state = "closed"
+        response, self._response = self._response, None
+        if response is not None and response.task is not None:
+            await self._cancel_task(response.task)
+            if not response.engine_finished:
+                await self._abort_request(response.id)
+
+    async def _release(self) -> None:
+        self._audio.clear()
+        self._conversation.clear()
+
+    def _error(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        event_id: str | None = None,
+        param: str | None = None,
+        error_type: str = proto.INVALID_REQUEST,
+    ) -> None:
+        detail = proto.ErrorDetail(type=error_type, code=code, message=message, param=param, event_id=event_id)
+        self._emit(proto.ErrorEvent(error=detail))
+
+    def _watch_period(self) -> float:
+        return min(1.0, self.settings.idle_timeout / 4)
+
+    async def _check_clocks(self, now: float) -> bool:
+        if now - self._last_activity > self.settings.idle_timeout:
+            self._error(proto.IDLE_TIMEOUT, code="idle_timeout")
+            self._close_soon()
+            return True
+        return False
+
+    # ----------------------------------------------------------------- client events
+
+    def _decode(self, raw: str) -> proto.ClientMessage | proto.InvalidEvent | Refusal:
+        return proto.decode(raw)
+
+    async def _handle(self, message: proto.ClientMessage | proto.InvalidEvent) -> bool:
+        match message:
+            case proto.InvalidEvent():
+                self._error(message.message, code="invalid_value", event_id=message.event_id, param=message.param)
+            case proto.SessionUpdate():
+                self._update_session(message)
+            case proto.AudioAppend():
+                self._append_audio(message)
+            case proto.AudioCommit():
+                self._commit_audio(message)
+            case proto.AudioClear():
+                self._audio.clear()
+                self._input = PcmStream(proto.INPUT_SAMPLE_RATE, BUFFER_RATE)
+                self._emit(proto.AudioCleared())
+            case proto.ItemCreate():
+                await self._create_item(message)
+            case proto.ItemRetrieve():
+                item = self._item(message.item_id, message.event_id)
+                if item is not None:
+                    self._emit(proto.ItemRetrieved(item=item.to_wire()))
+            case proto.ItemDelete():
+                if self._conversation.delete(message.item_id):
+                    self._emit(proto.ItemDeleted(item_id=message.item_id))
+                else:
+                    self._item_not_found(message.item_id, message.event_id)
+            case proto.ItemTruncate():
+                self._truncate(message)
+            case proto.ResponseCreate():
+                await self._create_response(message)
+            case proto.ResponseCancel():
+                await self._cancel_response(message)
+            case _:
+                self._error(proto.unknown_event(message.type), code="invalid_value", param="type")
+        return False
+
+    def _update_session(self, message: proto.SessionUpdate) -> None:
+        try:
+            config = self.config.updated(message.session)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            self._error(f"Invalid session: {exc}", code="invalid_value", event_id=message.event_id, param="session")
+            return
+        if config.audio.input.turn_detection is not None:
+            self._error(
+                proto.SERVER_VAD_NOT_BUILT,
+                code="unsupported_value",
+                event_id=message.event_id,
+                param="session.audio.input.turn_detection",
+            )
+            return
+        self.config = config
+        self._emit(proto.SessionUpdated(session=config.to_wire()))
+
+    def _append_audio(self, message: proto.AudioAppend) -> None:
+        pcm16 = self._input.feed(message.audio)
+        metrics.AUDIO_MS_IN.inc(len(pcm16) / BYTES_PER_MS)
+        if not self._audio.append(pcm16):
+            self._error(proto.AUDIO_BUFFER_OVERFLOW, code="buffer_overflow", event_id=message.event_id)
+
+    def _commit_audio(self, message: proto.AudioCommit) -> None:
+        self._audio.append(self._input.flush())
+        self._input = PcmStream(proto.INPUT_SAMPLE_RATE, BUFFER_RATE)
+        audio = self._audio.take_all()
+        if not audio:
+            self._error(proto.AUDIO_BUFFER_EMPTY, code="input_audio_buffer_commit_empty", event_id=message.event_id)
+            return
+        item = Item(id=proto.new_id("item"), role="user", parts=[Part(type="input_audio", audio=audio)])
+        previous = self._conversation.insert(item)
+        self._emit(proto.AudioCommitted(item_id=item.id, previous_item_id=previous))
+        self._announce(item, previous)
+
+    def _announce(self, item: Item, previous: str | None) -> None:
+        self._emit(proto.ItemAdded(item=item.to_wire(), previous_item_id=previous))
+        self._emit(proto.ItemDone(item=item.to_wire(), previous_item_id=previous))
+
+    async def _create_item(self, message: proto.ItemCreate) -> None:
+        item_in = message.item
+        if item_in.id is not None and self._conversation.get(item_in.id) is not None:
+            self._error(
+                f"Item with item_id '{item_in.id}' already exists", code="invalid_value", event_id=message.event_id
+            )
+            return
+        parts: list[Part] = []
+        for index, part in enumerate(item_in.content):
+            stored = Part(type=part.type, text=part.text, transcript=part.transcript)
+            if part.audio is not None and part.type == "input_audio":
+                stored.audio = await asyncio.to_thread(convert, part.audio, proto.INPUT_SAMPLE_RATE, BUFFER_RATE)
+            if part.image_url is not None:
+                try:
+                    await asyncio.to_thread(_check_image, part.image_url)
+                except (OSError, ValueError, Image.DecompressionBombError):
+                    param = f"item.content.{index}.image_url"
+                    self._error(
+                        "The image could not be decoded", code="invalid_value", event_id=message.event_id, param=param
+                    )
+                    return
+                stored.image = part.image_url
+            parts.append(stored)
+        item = Item(id=item_in.id or proto.new_id("item"), role=item_in.role, parts=parts)
+        try:
+            previous = self._conversation.insert(item, message.previous_item_id)
+        except KeyError:
+            self._error(
+                f"Previous item with item_id '{message.previous_item_id}' not found in the conversation",
+                code="invalid_value",
+                event_id=message.event_id,
+                param="previous_item_id",
+            )
+            return
+        self._announce(item, previous)
+
+    def _item(self, item_id: str, event_id: str | None) -> Item | None:
+        item = self._conversation.get(item_id)
+        if item is None:
+            self._item_not_found(item_id, event_id)
+        return item
+
+    def _item_not_found(self, item_id: str, event_id: str | None) -> None:
+        self._error(proto.item_not_found(item_id), code="item_not_found", event_id=event_id, param="item_id")
+
+    def _truncate(self, message: proto.ItemTruncate) -> None:
+        """Cut an assistant audio part to what the user heard; its transcript keeps the same share."""
+        item = self._item(message.item_id, message.event_id)
+        if item is None:
+            return
+        index = message.content_index
+        part = item.parts[index] if item.role == "assistant" and index < len(item.parts) else None
+        if part is None or part.type != "output_audio":
+            self._error(
+                "Only an assistant message's output_audio part can be truncated",
+                code="invalid_value",
+                event_id=message.event_id,
+                param="content_index",
+            )
+            return
+        played_ms = len(part.audio) / (TALKER_SAMPLE_RATE * 2 / 1000)
+        if message.audio_end_ms > played_ms:
+            self._error(
+                f"audio_end_ms {message.audio_end_ms} is longer than the audio ({played_ms:.0f} ms)",
+                code="invalid_value",
+                event_id=message.event_id,
+                param="audio_end_ms",
+            )
+            return
+        words = (part.transcript or "").split()
+        kept = round(len(words) * message.audio_end_ms / played_ms) if played_ms else 0
+        part.transcript = " ".join(words[:kept])
+        part.audio = part.audio[: int(message.audio_end_ms * TALKER_SAMPLE_RATE / 1000) * 2]
+        self._emit(proto.ItemTruncated(item_id=item.id, content_index=index, audio_end_ms=message.audio_end_ms))
+
+    # ----------------------------------------------------------------- responses
+
+    async def _create_response(self, message: proto.ResponseCreate) -> None:
+        if self._response is not None:
+            self._error(
+                proto.ACTIVE_RESPONSE, code="conversation_already_has_active_response", event_id=message.event_id
+            )
+            return
+        params = message.response
+        modality = (params.output_modalities or self.config.output_modalities)[0]
+        instructions = params.instructions if params.instructions is not None else self.config.instructions
+        context = self._conversation.context()
+        frames = await asyncio.to_thread(_decode_rgb, context.images)
+        part = Part(type="output_audio", transcript="") if modality == "audio" else Part(type="output_text", text="")
+        item = Item(id=proto.new_id("item"), role="assistant", parts=[], status="in_progress")
+        response = _Response(id=proto.new_id("resp"), item=item, part=part, modality=modality)
+        turn = EngineTurn(
+            request_id=response.id,
+            frames=frames,
+            audio_pcm16=context.audio,
+            query=context.query,
+            history=context.history,
+            system_prompt=instructions or None,
+            modalities=("text", "audio") if modality == "audio" else ("text",),
+            model=self.config.model,
+        )
+        self._response = response
+        self._emit(proto.ResponseCreated(response=self._response_wire(response, "in_progress")))
+        self._emit(proto.OutputItemAdded(response_id=response.id, output_index=0, item=item.to_wire()))
+        previous = self._conversation.insert(item)
+        self._emit(proto.ItemAdded(item=item.to_wire(), previous_item_id=previous))
+        item.parts.append(part)
+        self._emit(proto.ContentPartAdded(response_id=response.id, item_id=item.id, part=self._part_wire(response)))
+        response.task = self._tasks.spawn(self._run_response(response, turn))
+
+    async def _run_response(self, response: _Response, turn: EngineTurn) -> None:
+        ids = {"response_id": response.id, "item_id": response.item.id}
+        part = response.part
+        try:
+            async for output in stall_bounded(self.engine, turn, self.settings.engine_stall_timeout):
+                if isinstance(output, TextDelta):
+                    if response.modality == "audio":
+                        part.transcript = (part.transcript or "") + output.text
+                        self._emit(proto.TranscriptDelta(**ids, delta=output.text))
+                    else:
+                        part.text = (part.text or "") + output.text
+                        self._emit(proto.TextDelta(**ids, delta=output.text))
+                elif isinstance(output, AudioChunk) and response.modality == "audio":
+                    pcm16 = float_to_pcm16(output.samples)
+                    part.audio += pcm16  # what was sent: truncate cuts it to what was heard
+                    if self.talker is not None:
+                        await self.talker.write(output.samples)
+                    else:
+                        self._emit(proto.AudioDelta(**ids, delta=base64.b64encode(pcm16).decode("ascii")))
+            response.engine_finished = True
+            if self.talker is not None:
+                await self.talker.wait_drained(timeout=self.settings.engine_stall_timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the response fails; the session goes on
+            message = proto.ENGINE_STALLED if isinstance(exc, TimeoutError) else proto.RESPONSE_FAILED
+            if isinstance(exc, EngineError):
+                message = f"{message}: {exc}"
+            logger.warning("session %s: response %s failed: %r", self.session_id, response.id, exc)
+            if not response.engine_finished:
+                await self._abort_request(response.id)
+            self._finish_response(response, "failed", error=message)
+            return
+        self._finish_response(response, "completed")
+
+    async def _cancel_response(self, message: proto.ResponseCancel) -> None:
+        response = self._response
+        if response is None or (message.response_id is not None and message.response_id != response.id):
+            self._error(proto.NO_ACTIVE_RESPONSE, code="response_cancel_not_active", event_id=message.event_id)
+            return
+        if response.task is not None:
+            await self._cancel_task(response.task)
+        if self.talker is not None:
+            self.talker.flush()
+        if not response.engine_finished:
+            await self._abort_request(response.id)
+        self._finish_response(response, "cancelled")
+
+    def _finish_response(self, response: _Response, status: ResponseStatus, error: str | None = None) -> None:
+        """The .done events, innermost first, whatever ended the response; the item keeps what was said."""
+        if self._response is not response:
+            return
+        self._response = None
+        self.responses[status] += 1
+        metrics.TURNS.labels(status).inc()
+        ids = {"response_id": response.id, "item_id": response.item.id}
+        if response.modality == "audio":
+            self._emit(proto.AudioDone(**ids))
+            self._emit(proto.TranscriptDone(**ids, transcript=response.part.transcript or ""))
+        else:
+            self._emit(proto.TextDone(**ids, text=response.part.text or ""))
+        self._emit(proto.ContentPartDone(**ids, part=self._part_wire(response)))
+        response.item.status = "completed" if status == "completed" else "incomplete"
+        item = response.item.to_wire()
+        self._emit(proto.OutputItemDone(response_id=response.id, output_index=0, item=item))
+        if self._conversation.get(response.item.id) is not None:
+            self._emit(proto.ItemDone(item=item, previous_item_id=self._previous_id(response.item)))
+        self._emit(proto.ResponseDone(response=self._response_wire(response, status, error=error)))
+
+    def _previous_id(self, item: Item) -> str | None:
+        items = list(self._conversation)
+        position = items.index(item)
+        return items[position - 1].id if position > 0 else None
+
+    def _part_wire(self, response: _Response) -> dict[str, Any]:
+        part = response.part
+        if response.modality == "audio":
+            return {"type": "audio", "transcript": part.transcript or ""}
+        return {"type": "text", "text": part.text or ""}
+
+    def _response_wire(self, response: _Response, status: str, error: str | None = None) -> dict[str, Any]:
+        wire: dict[str, Any] = {
+            "id": response.id,
+            "object": "realtime.response",
+            "status": status,
+            "status_details": None,
+            "output": [] if status == "in_progress" else [response.item.to_wire()],
+            "output_modalities": [response.modality],
+            "conversation_id": None,
+            "usage": None,
+        }
+        if status == "cancelled":
+            wire["status_details"] = {"type": "cancelled", "reason": "client_cancelled"}
+        elif status == "failed":
+            wire["status_details"] = {"type": "failed", "error": {"type": proto.SERVER_ERROR, "message": error}}
+        return wire
+
+    # ----------------------------------------------------------------- introspection
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "state": self.state,
+            "items": len(self._conversation),
+            "audio_ms_buffered": round(self._audio.duration_ms, 1),
+            "response_active": self._response is not None,
+            "responses": dict(self.responses),
+            "errors_sent": self.errors_sent,
+        }
