@@ -316,18 +316,18 @@ def decode(raw: str) -> ClientMessage | InvalidEvent | Refusal:
         return Refusal(INVALID_JSON)
     if not isinstance(value, dict):
         return Refusal(NOT_AN_OBJECT)
+    event_id = value.get("event_id")
+    event_id = event_id if isinstance(event_id, str) else None
     try:
-        return _PARSER.validate_python(value)  # type: ignore[no-any-return]
+        message = _PARSER.validate_python(value)
     except ValidationError as exc:
         first = exc.errors()[0]
         param = ".".join(str(part) for part in first["loc"][1:]) or None  # [0] is the union's tag
-        event_id = value.get("event_id")
-        return InvalidEvent(
-            type=value.get("type"),
-            event_id=event_id if isinstance(event_id, str) else None,
-            message=f"Invalid '{param}': {first['msg']}" if param else f"Invalid event: {first['msg']}",
-            param=param,
-        )
+        text = f"Invalid '{param}': {first['msg']}" if param else f"Invalid event: {first['msg']}"
+        return InvalidEvent(type=value.get("type"), event_id=event_id, message=text, param=param)
+    if isinstance(message, UnknownMessage):
+        return InvalidEvent(type=message.type, event_id=event_id, message=unknown_event(message.type), param="type")
+    return message  # type: ignore[no-any-return]
 
 
 # ----------------------------------------------------------------------------- server events

@@ -164,8 +164,6 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
                 await self._create_response(message)
             case proto.ResponseCancel():
                 await self._cancel_response(message)
-            case _:
-                self._error(proto.unknown_event(message.type), code="invalid_value", param="type")
         return False
 
     def _update_session(self, message: proto.SessionUpdate) -> None:
