@@ -10,6 +10,8 @@ import asyncio
 import base64
 import io
 import json
+import re
+import shutil
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,6 +21,8 @@ from openai import AsyncOpenAI
 from openai.types.realtime import RealtimeServerEvent
 from PIL import Image
 from pydantic import TypeAdapter
+
+from rtc_omni.client.media import speech48
 
 from .conftest import RunningServer, ServerFactory
 
@@ -180,10 +184,7 @@ async def test_text_and_image_conversation_names_the_images_colour_in_openai_ord
 
 
 async def test_an_audio_turn_hears_the_tone_and_answers_with_pcm16_speech(realtime: Realtime) -> None:
-    pcm = tone_pcm24k(440, 1.0)
-    for start in range(0, len(pcm), 9600):  # 200 ms appends, as an app streams its microphone
-        chunk = base64.b64encode(pcm[start : start + 9600]).decode("ascii")
-        await realtime.send({"type": "input_audio_buffer.append", "audio": chunk})
+    await append_audio(realtime, tone_pcm24k(440, 1.0))
     await realtime.send({"type": "input_audio_buffer.commit"})
     committed = await realtime.until("conversation.item.done")
     events = await realtime.respond()
@@ -305,12 +306,61 @@ async def test_bad_input_gets_an_error_with_the_event_id_and_the_session_goes_on
     assert events[-1]["response"]["status"] == "completed"
 
 
-async def test_server_vad_is_refused_clearly_and_the_session_stays_manual(realtime: Realtime) -> None:
+def speech24k(text: str) -> bytes:
+    """espeak-ng saying `text`, as the 24 kHz PCM16 an app streams."""
+    return (speech48(text)[::2] * 32767).astype("<i2").tobytes()
+
+
+async def append_audio(rt: Realtime, pcm: bytes) -> None:
+    for start in range(0, len(pcm), 9600):  # 200 ms appends
+        await rt.send(
+            {"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm[start : start + 9600]).decode()}
+        )
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng (.ci/run installs it)")
+async def test_server_vad_commits_each_utterance_and_answers_it(realtime: Realtime) -> None:
     await realtime.send(
         {"type": "session.update", "session": {"audio": {"input": {"turn_detection": {"type": "server_vad"}}}}}
     )
-    error = (await realtime.until("error"))[-1]["error"]
-    assert error["param"] == "session.audio.input.turn_detection" and "not supported" in error["message"]
-    await realtime.send({"type": "session.update", "session": {"instructions": "hi"}})
     updated = (await realtime.until("session.updated"))[-1]["session"]
-    assert updated["audio"]["input"]["turn_detection"] is None
+    speech = speech24k("What colour is this?")
+    await append_audio(realtime, bytes(24_000) + speech + bytes(48_000))
+    events = await realtime.until("response.done")
+
+    assert updated["audio"]["input"]["turn_detection"]["silence_duration_ms"] == 500
+    types = [e["type"] for e in events]
+    assert types[:5] == [
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        "conversation.item.added",
+        "conversation.item.done",
+    ]
+    item_id = events[0]["item_id"]
+    assert events[1]["item_id"] == events[2]["item_id"] == events[3]["item"]["id"] == item_id
+    assert types[5] == "response.created" and events[-1]["response"]["status"] == "completed"
+    heard = re.search(r"I heard ([\d.]+) seconds of audio", text_of(events, "response.output_audio_transcript.delta"))
+    assert heard is not None and abs(float(heard.group(1)) - (len(speech) / 48_000 + 0.3)) <= 0.2  # + prefix padding
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng (.ci/run installs it)")
+async def test_speaking_over_the_answer_cancels_it_as_turn_detected(make_server: ServerFactory) -> None:
+    server = await make_server(synthetic_ttft=30.0)
+    async with connect(server) as rt:
+        await add_user_text(rt, "Tell me everything.")
+        await rt.send(
+            {"type": "session.update", "session": {"audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}}}
+        )
+        await rt.until("session.updated")
+        await rt.send({"type": "response.create"})
+        first = (await rt.until("response.content_part.added"))[0]["response"]["id"]
+        await append_audio(rt, speech24k("Stop, that is enough.") + bytes(48_000))
+        events = await rt.until("input_audio_buffer.committed")
+
+    done = next(e for e in events if e["type"] == "response.done")
+    assert done["response"]["id"] == first and done["response"]["status"] == "cancelled"
+    assert done["response"]["status_details"]["reason"] == "turn_detected"
+    types = [e["type"] for e in events]
+    assert types.index("input_audio_buffer.speech_started") < types.index("response.done")
+    assert first in server.engine.recent_aborts

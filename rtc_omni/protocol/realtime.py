@@ -40,10 +40,6 @@ ACTIVE_RESPONSE = "Conversation already has an active response in progress"
 NO_ACTIVE_RESPONSE = "Cancellation failed: no active response found"
 AUDIO_BUFFER_EMPTY = "Error committing input audio buffer: the buffer is empty"
 AUDIO_BUFFER_OVERFLOW = "Input audio buffer overflow: the buffered audio was dropped"
-SERVER_VAD_NOT_BUILT = (
-    "turn_detection other than null is not supported on this server yet: set it to null, "
-    "then send input_audio_buffer.commit and response.create"
-)
 AUDIO_FORMAT_UNSUPPORTED = "Only audio/pcm at 24000 Hz is supported"
 
 
@@ -74,7 +70,23 @@ class AudioFormat(Lenient):
 
 
 class TurnDetectionConfig(Lenient):
+    """Server VAD with OpenAI's names and defaults; `semantic_vad` runs the same VAD, its silence
+    taken from `eagerness` (SEMANTIC_SILENCE_MS)."""
+
     type: Literal["server_vad", "semantic_vad"]
+    threshold: float = Field(0.5, ge=0.0, le=1.0)
+    prefix_padding_ms: int = Field(300, ge=0, le=5000)
+    silence_duration_ms: int = Field(500, ge=100, le=10_000)
+    create_response: bool = True
+    interrupt_response: bool = True
+    eagerness: Literal["low", "medium", "high", "auto"] = "auto"
+
+    @property
+    def silence_ms(self) -> int:
+        return self.silence_duration_ms if self.type == "server_vad" else SEMANTIC_SILENCE_MS[self.eagerness]
+
+
+SEMANTIC_SILENCE_MS = {"low": 1000, "medium": 600, "auto": 600, "high": 350}
 
 
 class AudioInputConfig(Lenient):
@@ -373,6 +385,18 @@ class AudioCommitted(RealtimeEvent):
     type: ClassVar[str] = "input_audio_buffer.committed"
     item_id: str
     previous_item_id: str | None
+
+
+class SpeechStarted(RealtimeEvent):
+    type: ClassVar[str] = "input_audio_buffer.speech_started"
+    audio_start_ms: int
+    item_id: str
+
+
+class SpeechStopped(RealtimeEvent):
+    type: ClassVar[str] = "input_audio_buffer.speech_stopped"
+    audio_end_ms: int
+    item_id: str
 
 
 class AudioCleared(RealtimeEvent):

@@ -25,14 +25,16 @@ from .. import metrics
 from ..engines.base import TALKER_SAMPLE_RATE, AudioChunk, EngineError, TextDelta, TurnFrame, UnderstandEngine
 from ..engines.base import UnderstandTurn as EngineTurn
 from ..media.pcm_resample import PcmStream, convert
+from ..media.vad import SpeechStarted, SpeechStopped
 from ..media.wav import float_to_pcm16
 from ..protocol import realtime as proto
 from ..protocol.codec import Refusal
-from ..protocol.understand import MAX_AUDIO_BUFFER_BYTES
+from ..protocol.understand import MAX_AUDIO_BUFFER_BYTES, TurnDetection
 from .audio_buffer import BYTES_PER_MS, AudioBuffer
 from .base import Session
 from .conversation import Conversation, Item, Part
 from .engine_stream import stall_bounded
+from .turn_taking import ServerVad, TurnTakingEvent
 from .understand import Talker
 
 logger = logging.getLogger(__name__)
@@ -41,6 +43,7 @@ BUFFER_RATE = 16_000  # what the engines take
 
 SessionState = Literal["active", "closed"]
 ResponseStatus = Literal["completed", "cancelled", "failed"]
+CancelReason = Literal["client_cancelled", "turn_detected"]
 
 
 @dataclass
@@ -51,6 +54,7 @@ class _Response:
     modality: str  # "text" or "audio"
     task: asyncio.Task[None] | None = None
     engine_finished: bool = False
+    cancel_reason: CancelReason = "client_cancelled"
 
 
 def _check_image(data: bytes) -> None:
@@ -86,6 +90,8 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         self._audio = AudioBuffer(MAX_AUDIO_BUFFER_BYTES)
         self._input = PcmStream(proto.INPUT_SAMPLE_RATE, BUFFER_RATE)
         self._response: _Response | None = None
+        self._vad: ServerVad | None = None
+        self._speech_item_id = ""  # the user item the current speech segment will become
         self.responses = {"completed": 0, "cancelled": 0, "failed": 0}
 
     def start(self) -> None:
@@ -140,7 +146,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             case proto.SessionUpdate():
                 self._update_session(message)
             case proto.AudioAppend():
-                self._append_audio(message)
+                await self._append_audio(message)
             case proto.AudioCommit():
                 self._commit_audio(message)
             case proto.AudioClear():
@@ -161,7 +167,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             case proto.ItemTruncate():
                 self._truncate(message)
             case proto.ResponseCreate():
-                await self._create_response(message)
+                await self._create_response(message.response, message.event_id)
             case proto.ResponseCancel():
                 await self._cancel_response(message)
         return False
@@ -172,22 +178,54 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
             self._error(f"Invalid session: {exc}", code="invalid_value", event_id=message.event_id, param="session")
             return
-        if config.audio.input.turn_detection is not None:
-            self._error(
-                proto.SERVER_VAD_NOT_BUILT,
-                code="unsupported_value",
-                event_id=message.event_id,
-                param="session.audio.input.turn_detection",
-            )
-            return
+        detection = config.audio.input.turn_detection
+        if detection != self.config.audio.input.turn_detection:
+            self._vad = self._server_vad(detection)
         self.config = config
         self._emit(proto.SessionUpdated(session=config.to_wire()))
 
-    def _append_audio(self, message: proto.AudioAppend) -> None:
+    def _server_vad(self, detection: proto.TurnDetectionConfig | None) -> ServerVad | None:
+        """The understanding sessions' server VAD and echo check, with this session's settings."""
+        if detection is None:
+            return None
+        settings = TurnDetection(
+            threshold=detection.threshold,
+            prefix_padding_ms=detection.prefix_padding_ms,
+            silence_duration_ms=detection.silence_ms,
+            interrupt_response=detection.interrupt_response,
+        )
+        return ServerVad(settings, self.talker.echo if self.talker is not None else None)
+
+    async def _append_audio(self, message: proto.AudioAppend) -> None:
         pcm16 = self._input.feed(message.audio)
         metrics.AUDIO_MS_IN.inc(len(pcm16) / BYTES_PER_MS)
         if not self._audio.append(pcm16):
             self._error(proto.AUDIO_BUFFER_OVERFLOW, code="buffer_overflow", event_id=message.event_id)
+        if self._vad is not None:
+            for event in self._vad.feed(pcm16):
+                await self._on_turn_taking(event)
+
+    async def _on_turn_taking(self, event: TurnTakingEvent) -> None:
+        """Server VAD: announce speech, interrupt the answer, commit the segment and answer it."""
+        detection = self.config.audio.input.turn_detection
+        assert detection is not None
+        if isinstance(event, SpeechStarted):
+            self._speech_item_id = proto.new_id("item")
+            self._emit(proto.SpeechStarted(audio_start_ms=int(event.audio_start_ms), item_id=self._speech_item_id))
+            if detection.interrupt_response and self._response is not None:
+                await self._interrupt(self._response, "turn_detected")
+        elif isinstance(event, SpeechStopped):
+            item_id = self._speech_item_id or proto.new_id("item")
+            self._emit(proto.SpeechStopped(audio_end_ms=int(event.audio_end_ms), item_id=item_id))
+            if not event.is_speech:
+                self._audio.drop_until(event.audio_end_ms)
+                return
+            audio = self._audio.take_range(event.audio_start_ms - detection.prefix_padding_ms, event.audio_end_ms)
+            self._commit(audio, item_id)
+            if detection.create_response and self._response is None:
+                await self._create_response(proto.ResponseParams(), event_id=None)
+        else:  # the talker's own echo ended
+            self._audio.drop_until(event.audio_end_ms)
 
     def _commit_audio(self, message: proto.AudioCommit) -> None:
         self._audio.append(self._input.flush())
@@ -196,7 +234,11 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         if not audio:
             self._error(proto.AUDIO_BUFFER_EMPTY, code="input_audio_buffer_commit_empty", event_id=message.event_id)
             return
-        item = Item(id=proto.new_id("item"), role="user", parts=[Part(type="input_audio", audio=audio)])
+        self._commit(audio, proto.new_id("item"))
+
+    def _commit(self, audio: bytes, item_id: str) -> None:
+        """The audio becomes a user item at the end of the conversation."""
+        item = Item(id=item_id, role="user", parts=[Part(type="input_audio", audio=audio)])
         previous = self._conversation.insert(item)
         self._emit(proto.AudioCommitted(item_id=item.id, previous_item_id=previous))
         self._announce(item, previous)
@@ -282,13 +324,10 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
 
     # ----------------------------------------------------------------- responses
 
-    async def _create_response(self, message: proto.ResponseCreate) -> None:
+    async def _create_response(self, params: proto.ResponseParams, event_id: str | None) -> None:
         if self._response is not None:
-            self._error(
-                proto.ACTIVE_RESPONSE, code="conversation_already_has_active_response", event_id=message.event_id
-            )
+            self._error(proto.ACTIVE_RESPONSE, code="conversation_already_has_active_response", event_id=event_id)
             return
-        params = message.response
         modality = (params.output_modalities or self.config.output_modalities)[0]
         instructions = params.instructions if params.instructions is not None else self.config.instructions
         context = self._conversation.context()
@@ -355,6 +394,11 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         if response is None or (message.response_id is not None and message.response_id != response.id):
             self._error(proto.NO_ACTIVE_RESPONSE, code="response_cancel_not_active", event_id=message.event_id)
             return
+        await self._interrupt(response, "client_cancelled")
+
+    async def _interrupt(self, response: _Response, reason: CancelReason) -> None:
+        """Stop the response's text, flush its speech, abort its engine request; it ends cancelled."""
+        response.cancel_reason = reason
         if response.task is not None:
             await self._cancel_task(response.task)
         if self.talker is not None:
@@ -407,7 +451,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             "usage": None,
         }
         if status == "cancelled":
-            wire["status_details"] = {"type": "cancelled", "reason": "client_cancelled"}
+            wire["status_details"] = {"type": "cancelled", "reason": response.cancel_reason}
         elif status == "failed":
             wire["status_details"] = {"type": "failed", "error": {"type": proto.SERVER_ERROR, "message": error}}
         return wire
