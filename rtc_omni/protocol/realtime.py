@@ -456,6 +456,27 @@ class OutputItemDone(RealtimeEvent):
     item: dict[str, Any]
 
 
+class OutputAudioStarted(RealtimeEvent):
+    """WebRTC: the response's speech started on the audio track."""
+
+    type: ClassVar[str] = "output_audio_buffer.started"
+    response_id: str
+
+
+class OutputAudioStopped(RealtimeEvent):
+    """WebRTC: the response's speech has played out."""
+
+    type: ClassVar[str] = "output_audio_buffer.stopped"
+    response_id: str
+
+
+class OutputAudioCleared(RealtimeEvent):
+    """WebRTC: the response's unplayed speech was dropped (a cancel or a barge-in)."""
+
+    type: ClassVar[str] = "output_audio_buffer.cleared"
+    response_id: str
+
+
 class PartEvent(RealtimeEvent):
     """Fields every event about one content part of the response's output item carries."""
 

@@ -15,8 +15,9 @@ import asyncio
 import base64
 import io
 import logging
+from collections import deque
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from PIL import Image
@@ -32,18 +33,31 @@ from ..protocol.codec import Refusal
 from ..protocol.understand import MAX_AUDIO_BUFFER_BYTES, TurnDetection
 from .audio_buffer import BYTES_PER_MS, AudioBuffer
 from .base import Session
-from .conversation import Conversation, Item, Part
+from .conversation import MAX_TURN_IMAGES, Conversation, Item, Part
 from .engine_stream import stall_bounded
+from .inbox import WorkItem
 from .turn_taking import ServerVad, TurnTakingEvent
 from .understand import Talker
+
+if TYPE_CHECKING:
+    from ..media.ingest import MediaSink
 
 logger = logging.getLogger(__name__)
 
 BUFFER_RATE = 16_000  # what the engines take
+CAMERA_SAMPLE_FPS = 2.0  # a WebRTC camera, sampled as understanding sessions sample theirs
 
 SessionState = Literal["active", "closed"]
 ResponseStatus = Literal["completed", "cancelled", "failed"]
 CancelReason = Literal["client_cancelled", "turn_detected"]
+
+
+@dataclass(frozen=True)
+class TurnTaking(WorkItem):
+    """The server VAD heard speech start or stop, or the talker's echo end."""
+
+    name = "turn_taking"
+    event: TurnTakingEvent
 
 
 @dataclass
@@ -55,6 +69,7 @@ class _Response:
     task: asyncio.Task[None] | None = None
     engine_finished: bool = False
     cancel_reason: CancelReason = "client_cancelled"
+    speaking: bool = False  # its speech started on the talker track
 
 
 def _check_image(data: bytes) -> None:
@@ -92,6 +107,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         self._response: _Response | None = None
         self._vad: ServerVad | None = None
         self._speech_item_id = ""  # the user item the current speech segment will become
+        self._camera: deque[TurnFrame] = deque(maxlen=MAX_TURN_IMAGES)  # the newest sampled camera frames
         self.responses = {"completed": 0, "cancelled": 0, "failed": 0}
 
     def start(self) -> None:
@@ -110,6 +126,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
 
     async def _release(self) -> None:
         self._audio.clear()
+        self._camera.clear()
         self._conversation.clear()
 
     def _error(
@@ -146,7 +163,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             case proto.SessionUpdate():
                 self._update_session(message)
             case proto.AudioAppend():
-                await self._append_audio(message)
+                self._append_audio(self._input.feed(message.audio), message.event_id)
             case proto.AudioCommit():
                 self._commit_audio(message)
             case proto.AudioClear():
@@ -196,19 +213,26 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         )
         return ServerVad(settings, self.talker.echo if self.talker is not None else None)
 
-    async def _append_audio(self, message: proto.AudioAppend) -> None:
-        pcm16 = self._input.feed(message.audio)
+    def _append_audio(self, pcm16: bytes, event_id: str | None = None) -> None:
+        """16 kHz audio into the buffer and the server VAD, whose events the loop handles in turn."""
         metrics.AUDIO_MS_IN.inc(len(pcm16) / BYTES_PER_MS)
         if not self._audio.append(pcm16):
-            self._error(proto.AUDIO_BUFFER_OVERFLOW, code="buffer_overflow", event_id=message.event_id)
+            self._error(proto.AUDIO_BUFFER_OVERFLOW, code="buffer_overflow", event_id=event_id)
         if self._vad is not None:
             for event in self._vad.feed(pcm16):
-                await self._on_turn_taking(event)
+                self._queue_work(TurnTaking(event))
+
+    async def _do(self, work: WorkItem) -> None:
+        if isinstance(work, TurnTaking):
+            await self._on_turn_taking(work.event)
+        else:
+            await super()._do(work)
 
     async def _on_turn_taking(self, event: TurnTakingEvent) -> None:
         """Server VAD: announce speech, interrupt the answer, commit the segment and answer it."""
         detection = self.config.audio.input.turn_detection
-        assert detection is not None
+        if detection is None:  # turned off since the VAD heard it
+            return
         if isinstance(event, SpeechStarted):
             self._speech_item_id = proto.new_id("item")
             self._emit(proto.SpeechStarted(audio_start_ms=int(event.audio_start_ms), item_id=self._speech_item_id))
@@ -332,6 +356,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         instructions = params.instructions if params.instructions is not None else self.config.instructions
         context = self._conversation.context()
         frames = await asyncio.to_thread(_decode_rgb, context.images)
+        frames += self._camera  # the camera's newest view last
         part = Part(type="output_audio", transcript="") if modality == "audio" else Part(type="output_text", text="")
         item = Item(id=proto.new_id("item"), role="assistant", parts=[], status="in_progress")
         response = _Response(id=proto.new_id("resp"), item=item, part=part, modality=modality)
@@ -370,12 +395,17 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
                     pcm16 = float_to_pcm16(output.samples)
                     part.audio += pcm16  # what was sent: truncate cuts it to what was heard
                     if self.talker is not None:
+                        if not response.speaking:
+                            response.speaking = True
+                            self._emit(proto.OutputAudioStarted(response_id=response.id))
                         await self.talker.write(output.samples)
                     else:
                         self._emit(proto.AudioDelta(**ids, delta=base64.b64encode(pcm16).decode("ascii")))
             response.engine_finished = True
-            if self.talker is not None:
+            if self.talker is not None and response.speaking:
+                # The response lasts until its speech has played out, so an interrupt can still cut it.
                 await self.talker.wait_drained(timeout=self.settings.engine_stall_timeout)
+                self._emit(proto.OutputAudioStopped(response_id=response.id))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the response fails; the session goes on
@@ -401,8 +431,9 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         response.cancel_reason = reason
         if response.task is not None:
             await self._cancel_task(response.task)
-        if self.talker is not None:
+        if self.talker is not None and response.speaking:
             self.talker.flush()
+            self._emit(proto.OutputAudioCleared(response_id=response.id))
         if not response.engine_finished:
             await self._abort_request(response.id)
         self._finish_response(response, "cancelled")
@@ -455,6 +486,38 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         elif status == "failed":
             wire["status_details"] = {"type": "failed", "error": {"type": proto.SERVER_ERROR, "message": error}}
         return wire
+
+    # ----------------------------------------------------------------- media in (WebRTC)
+
+    @property
+    def media_sink(self) -> MediaSink:
+        return self
+
+    @property
+    def has_output(self) -> bool:
+        return self.talker is not None
+
+    def drop_output(self) -> bool:
+        self.talker = None  # a peer without an audio m-line gets speech as output_audio events
+        return True
+
+    @property
+    def sample_fps(self) -> float | None:
+        return CAMERA_SAMPLE_FPS if self.state == "active" else None
+
+    def note_frame_received(self) -> None:
+        self._touch()
+
+    async def add_track_frame(self, image: Image.Image, pts_ms: float | None, received_ts_ms: float) -> None:
+        """A sampled camera frame: the newest few go with each response, after the pinned images."""
+        rgb = await asyncio.to_thread(lambda: np.asarray(image.convert("RGB")))
+        self._camera.append(TurnFrame(rgb=rgb, frame_id=None, pts_ms=pts_ms))
+
+    def add_track_audio(self, pcm16: bytes) -> None:
+        """The microphone, already 16 kHz: the same buffer and VAD as input_audio_buffer.append."""
+        if self.state == "active":
+            self._touch()
+            self._append_audio(pcm16)
 
     # ----------------------------------------------------------------- introspection
 
