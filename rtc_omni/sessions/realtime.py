@@ -527,6 +527,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             "state": self.state,
             "items": len(self._conversation),
             "audio_ms_buffered": round(self._audio.duration_ms, 1),
+            "camera_frames": len(self._camera),
             "response_active": self._response is not None,
             "responses": dict(self.responses),
             "errors_sent": self.errors_sent,

@@ -16,7 +16,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from aiortc import RTCDataChannel, RTCPeerConnection, RTCRtpTransceiver, RTCSessionDescription
 from aiortc.contrib.media import MediaRelay
@@ -37,6 +37,7 @@ from .ice import advertise_public_addresses, configured_ice_servers, keep_consen
 logger = logging.getLogger(__name__)
 
 CONTROL_LABEL = "control"
+CHANNEL_LABELS = {"realtime": "oai-events"}  # a protocol whose clients name their channel otherwise
 MAX_PENDING_EVENTS = 256  # events emitted before any DataChannel opens; the oldest go first
 MAX_ATTACHED_PEERS = 16  # controllers and viewers per session
 CHANNEL_DRAIN_S = 1.0
@@ -51,7 +52,9 @@ class TooManyPeers(SessionLimitReached):
 
 
 class ControlReceiver(Protocol):
-    """What a `control` DataChannel feeds: either session kind."""
+    """What a `control` DataChannel feeds: a session of any kind."""
+
+    kind: ClassVar[str]
 
     def receive_text(self, raw: str) -> None: ...
 
@@ -139,12 +142,12 @@ class _PeerLink:
         raise NotImplementedError
 
     def _on_datachannel(self, channel: RTCDataChannel) -> None:
-        if channel.label != CONTROL_LABEL or self._has_channel:
+        channels, receiver = self._control()
+        if channel.label != CHANNEL_LABELS.get(receiver.kind, CONTROL_LABEL) or self._has_channel:
             logger.info("%s: closing unexpected DataChannel %r", self.name, channel.label)
             channel.close()
             return
         self._has_channel = True
-        channels, receiver = self._control()
         channels.attach(channel, receiver)
 
     def _offers(self, kind: str) -> bool:
