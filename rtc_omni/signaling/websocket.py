@@ -184,9 +184,7 @@ def _with_audio_names(send: Callable[[dict[str, Any]], None], prefix: str) -> Ca
     return send_renamed
 
 
-async def _serve(
-    request: web.Request, kind: str, max_msg_size: int, model: str | None = None
-) -> web.WebSocketResponse:
+async def _serve(request: web.Request, kind: str, max_msg_size: int, model: str | None = None) -> web.WebSocketResponse:
     ws = web.WebSocketResponse(max_msg_size=max_msg_size)
     await ws.prepare(request)
     services, registry = Services.of(request.app), request.app[REGISTRY]
