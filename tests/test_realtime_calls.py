@@ -127,18 +127,27 @@ async def test_cancel_silences_the_talker(make_server: ServerFactory, call: Call
         }
     )
     call.send({"type": "response.create"})
-    await call.wait("output_audio_buffer.started")
     assert call.recorder is not None
     async with asyncio.timeout(TIMEOUT_S):
         while call.recorder.voiced_frames() == 0:
             await asyncio.sleep(0.02)
+    started = await call.wait("output_audio_buffer.started")
     call.send({"type": "response.cancel"})
     cleared = await call.wait("output_audio_buffer.cleared")
     done = await call.wait("response.done")
+    truncated = await call.wait("conversation.item.truncated")
     await asyncio.sleep(1.0)  # long enough to hear any speech that kept playing
 
     assert done["response"]["status"] == "cancelled"
     assert call.recorder.voiced_frames(since=cleared["_at"] + 0.3) == 0
+    # The item keeps what the peer was sent: no more than the time it was playing, at least what it heard.
+    item = done["response"]["output"][0]
+    assert truncated["item_id"] == item["id"]
+    heard_ms = call.recorder.voiced_frames() * 20
+    assert heard_ms - 200 <= truncated["audio_end_ms"] <= (cleared["_at"] - started["_at"]) * 1000 + 300
+    call.send({"type": "conversation.item.retrieve", "item_id": item["id"]})
+    kept = (await call.wait("conversation.item.retrieved"))["item"]["content"][0]["transcript"]
+    assert item["content"][0]["transcript"].startswith(kept) and len(kept) < len(item["content"][0]["transcript"])
 
 
 async def test_hang_up_ends_the_call(server: RunningServer, call: Call) -> None:

@@ -40,7 +40,7 @@ ACTIVE_RESPONSE = "Conversation already has an active response in progress"
 NO_ACTIVE_RESPONSE = "Cancellation failed: no active response found"
 AUDIO_BUFFER_EMPTY = "Error committing input audio buffer: the buffer is empty"
 AUDIO_BUFFER_OVERFLOW = "Input audio buffer overflow: the buffered audio was dropped"
-AUDIO_FORMAT_UNSUPPORTED = "Only audio/pcm at 24000 Hz is supported"
+OUTPUT_AUDIO_CLEAR_WEBRTC_ONLY = "output_audio_buffer.clear is for WebRTC calls; over WebSocket send response.cancel"
 
 
 def new_id(prefix: str) -> str:
@@ -294,6 +294,12 @@ class ResponseCancel(ClientEvent):
     response_id: str | None = None
 
 
+class OutputAudioClear(ClientEvent):
+    """WebRTC: drop the speech not yet played (the response, if any, is cancelled)."""
+
+    type: Literal["output_audio_buffer.clear"]
+
+
 class InvalidEvent(TypedMessage):
     """A client event that did not parse: answered in turn with an `error`."""
 
@@ -314,6 +320,7 @@ ClientMessage = (
     | ItemTruncate
     | ResponseCreate
     | ResponseCancel
+    | OutputAudioClear
     | UnknownMessage
 )
 _PARSER = message_parser(ClientMessage)

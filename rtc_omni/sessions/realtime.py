@@ -72,6 +72,11 @@ class _Response:
     speaking: bool = False  # its speech started on the talker track
 
 
+def _audio_ms(part: Part) -> float:
+    """Milliseconds of an output_audio part's 24 kHz PCM16."""
+    return len(part.audio) / (TALKER_SAMPLE_RATE * 2 / 1000)
+
+
 def _check_image(data: bytes) -> None:
     """Raise when `data` is not an image PIL can read whole."""
     with Image.open(io.BytesIO(data)) as image:
@@ -187,6 +192,8 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
                 await self._create_response(message.response, message.event_id)
             case proto.ResponseCancel():
                 await self._cancel_response(message)
+            case proto.OutputAudioClear():
+                await self._clear_output_audio(message)
         return False
 
     def _update_session(self, message: proto.SessionUpdate) -> None:
@@ -331,20 +338,26 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
                 param="content_index",
             )
             return
-        played_ms = len(part.audio) / (TALKER_SAMPLE_RATE * 2 / 1000)
-        if message.audio_end_ms > played_ms:
+        sent_ms = _audio_ms(part)
+        if message.audio_end_ms > sent_ms:
             self._error(
-                f"audio_end_ms {message.audio_end_ms} is longer than the audio ({played_ms:.0f} ms)",
+                f"audio_end_ms {message.audio_end_ms} is longer than the audio ({sent_ms:.0f} ms)",
                 code="invalid_value",
                 event_id=message.event_id,
                 param="audio_end_ms",
             )
             return
+        self._cut(item, index, message.audio_end_ms)
+
+    def _cut(self, item: Item, index: int, audio_end_ms: int) -> None:
+        """Keep an output_audio part's first `audio_end_ms` and the same share of its transcript's words."""
+        part = item.parts[index]
+        sent_ms = _audio_ms(part)
         words = (part.transcript or "").split()
-        kept = round(len(words) * message.audio_end_ms / played_ms) if played_ms else 0
+        kept = round(len(words) * audio_end_ms / sent_ms) if sent_ms else 0
         part.transcript = " ".join(words[:kept])
-        part.audio = part.audio[: int(message.audio_end_ms * TALKER_SAMPLE_RATE / 1000) * 2]
-        self._emit(proto.ItemTruncated(item_id=item.id, content_index=index, audio_end_ms=message.audio_end_ms))
+        part.audio = part.audio[: int(audio_end_ms * TALKER_SAMPLE_RATE / 1000) * 2]
+        self._emit(proto.ItemTruncated(item_id=item.id, content_index=index, audio_end_ms=audio_end_ms))
 
     # ----------------------------------------------------------------- responses
 
@@ -393,7 +406,6 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
                         self._emit(proto.TextDelta(**ids, delta=output.text))
                 elif isinstance(output, AudioChunk) and response.modality == "audio":
                     pcm16 = float_to_pcm16(output.samples)
-                    part.audio += pcm16  # what was sent: truncate cuts it to what was heard
                     if self.talker is not None:
                         if not response.speaking:
                             response.speaking = True
@@ -401,6 +413,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
                         await self.talker.write(output.samples)
                     else:
                         self._emit(proto.AudioDelta(**ids, delta=base64.b64encode(pcm16).decode("ascii")))
+                    part.audio += pcm16  # what was sent: truncation cuts it to what was heard
             response.engine_finished = True
             if self.talker is not None and response.speaking:
                 # The response lasts until its speech has played out, so an interrupt can still cut it.
@@ -427,16 +440,28 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         await self._interrupt(response, "client_cancelled")
 
     async def _interrupt(self, response: _Response, reason: CancelReason) -> None:
-        """Stop the response's text, flush its speech, abort its engine request; it ends cancelled."""
+        """Stop the response's text, flush its speech, abort its engine request; it ends cancelled.
+        Over WebRTC its item is then cut to the speech the peer was sent (`conversation.item.truncated`)."""
         response.cancel_reason = reason
         if response.task is not None:
             await self._cancel_task(response.task)
+        unplayed_ms = 0.0
         if self.talker is not None and response.speaking:
-            self.talker.flush()
+            unplayed_ms = self.talker.flush()
             self._emit(proto.OutputAudioCleared(response_id=response.id))
         if not response.engine_finished:
             await self._abort_request(response.id)
         self._finish_response(response, "cancelled")
+        if response.speaking and self._conversation.get(response.item.id) is not None:
+            self._cut(response.item, 0, max(0, int(_audio_ms(response.part) - unplayed_ms)))
+
+    async def _clear_output_audio(self, message: proto.OutputAudioClear) -> None:
+        if self.talker is None:
+            self._error(proto.OUTPUT_AUDIO_CLEAR_WEBRTC_ONLY, code="invalid_value", event_id=message.event_id)
+        elif self._response is not None and self._response.speaking:
+            await self._interrupt(self._response, "client_cancelled")
+        else:
+            self.talker.flush()  # nothing of a response left to clear: no event
 
     def _finish_response(self, response: _Response, status: ResponseStatus, error: str | None = None) -> None:
         """The .done events, innermost first, whatever ended the response; the item keeps what was said."""
