@@ -59,7 +59,7 @@ class Call:
         assert answer.response.headers["content-type"].startswith("application/sdp")
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer.text, type="answer"))
         await client.close()
-        await self.wait("session.updated")
+        await self.wait("session.created")
 
     @property
     def call_id(self) -> str:
@@ -107,7 +107,7 @@ async def test_the_spoken_answer_names_the_cameras_colour_and_the_microphones_to
     done = await call.wait("response.done", after=mark)
 
     assert call.events[0]["type"] == "session.created"
-    assert call.events[1]["session"]["instructions"] == "Be brief."
+    assert call.events[0]["session"]["instructions"] == "Be brief."  # the call's session part
     transcript = done["response"]["output"][0]["content"][0]["transcript"]
     assert "mostly red" in transcript and "dominant frequency about 440 Hz" in transcript
     types = [e["type"] for e in call.events[mark:]]

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
+import openai
 import pytest
 from openai import AsyncOpenAI
 from openai.types.realtime import RealtimeServerEvent
@@ -364,3 +365,30 @@ async def test_speaking_over_the_answer_cancels_it_as_turn_detected(make_server:
     types = [e["type"] for e in events]
     assert types.index("input_audio_buffer.speech_started") < types.index("response.done")
     assert first in server.engine.recent_aborts
+
+
+async def test_an_ephemeral_key_opens_one_session_with_its_config_and_no_server_token(
+    make_server: ServerFactory,
+) -> None:
+    server = await make_server(auth_token="server-secret")
+    backend = AsyncOpenAI(base_url=server.url + "/v1", api_key="server-secret")
+    secret = await backend.realtime.client_secrets.create(
+        expires_after={"anchor": "created_at", "seconds": 60},
+        session={"type": "realtime", "instructions": "From the key.", "output_modalities": ["text"]},
+    )
+    await backend.close()
+    browser = AsyncOpenAI(base_url=server.url + "/v1", api_key=secret.value)
+    async with browser.realtime.connect(model="qwen3-omni") as connection:
+        created = SERVER_EVENT.validate_json(await connection.recv_bytes())
+    reused = browser.realtime.connect(model="qwen3-omni")
+    with pytest.raises(Exception, match="401"):
+        await reused.__aenter__()
+    wrong = AsyncOpenAI(base_url=server.url + "/v1", api_key="not-the-token")
+    with pytest.raises(openai.AuthenticationError):
+        await wrong.realtime.client_secrets.create(session={"type": "realtime"})
+    await browser.close()
+    await wrong.close()
+
+    assert secret.value.startswith("ek_") and secret.session.instructions == "From the key."
+    assert created.type == "session.created"
+    assert created.session.instructions == "From the key." and created.session.output_modalities == ["text"]

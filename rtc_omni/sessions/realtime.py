@@ -100,17 +100,17 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
     binary_refusal: ClassVar[Refusal] = proto.BINARY_REFUSAL
 
     talker: Talker | None = None
-    model: str | None = None
+    initial_config: dict[str, Any] | None = None  # validated by the caller (proto.SessionConfig.updated)
     state: SessionState = "active"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.config = proto.SessionConfig(model=self.model)
+        self.config = proto.SessionConfig().updated(self.initial_config or {})
         self._conversation = Conversation()
         self._audio = AudioBuffer(MAX_AUDIO_BUFFER_BYTES)
         self._input = PcmStream(proto.INPUT_SAMPLE_RATE, BUFFER_RATE)
         self._response: _Response | None = None
-        self._vad: ServerVad | None = None
+        self._vad = self._server_vad(self.config.audio.input.turn_detection)
         self._speech_item_id = ""  # the user item the current speech segment will become
         self._camera: deque[TurnFrame] = deque(maxlen=MAX_TURN_IMAGES)  # the newest sampled camera frames
         self.responses = {"completed": 0, "cancelled": 0, "failed": 0}

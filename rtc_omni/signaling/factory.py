@@ -74,13 +74,14 @@ def create_session(
     publisher: bool = False,
     strict_reference: bool = False,
     on_closed: Callable[[], None] | None = None,
-    model: str | None = None,
+    realtime_config: dict[str, Any] | None = None,
 ) -> AnySession:
     """A new, not yet started session of `kind`; KindNotServed without an engine for it.
 
     `publisher`: the client publishes media and never configures (WHIP), so an understanding
-    session takes media at once with the default config. `model`: the model a realtime client
-    named when it connected (reported back in its session)."""
+    session takes media at once with the default config. `realtime_config`: a realtime session's
+    settings from before it starts (the model it was opened for, an ephemeral key's session, a
+    WebRTC call's `session` part), validated by the caller."""
     engines = services.engines
     if kind == "realtime" and engines.understand is not None:
         return RealtimeSession(
@@ -90,7 +91,7 @@ def create_session(
             send=carrier.send,
             talker=carrier.talker(),
             on_closed=on_closed,
-            model=model,
+            initial_config=realtime_config,
         )
     if kind == "understand" and engines.understand is not None:
         session = UnderstandSession(

@@ -188,6 +188,7 @@ class PeerSession(_PeerLink):
         services: Services,
         on_closed: Callable[[PeerSession], Awaitable[None] | None],
         ingest_only: bool = False,
+        realtime_config: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(f"session {session_id}", services.settings)
         self.session_id = session_id
@@ -196,7 +197,13 @@ class PeerSession(_PeerLink):
         self.channels = ControlChannels()
         self.outgoing: TalkerAudioTrack | GeneratedVideoTrack
         self.session = create_session(
-            kind, session_id, services, self, publisher=ingest_only, on_closed=self._close_soon
+            kind,
+            session_id,
+            services,
+            self,
+            publisher=ingest_only,
+            on_closed=self._close_soon,
+            realtime_config=realtime_config,
         )
         self._on_closed = on_closed
         self._last_rtp_at = time.monotonic()

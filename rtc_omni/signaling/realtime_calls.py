@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import BodyPartReader, web
 
 from ..protocol import realtime as proto
+from .client_secrets import opening_config
 from .keys import ENGINES
 from .offer import MAX_OFFER_BYTES, OFFER_REFUSALS, find_peer_session, json_error, open_session, parse_sdp, refusal
 
@@ -88,22 +89,17 @@ async def create_call(request: web.Request) -> web.Response:
         sdp, session = await _read_offer(request)
     except BadOffer as exc:
         return json_error(exc.status, str(exc))
-    model = request.query.get("model")
-    if model is not None:
-        session = {**session, "model": model}
     try:
-        proto.SessionConfig().updated(session)
+        config = proto.SessionConfig().updated(opening_config(request)).updated(session).model_dump(mode="json")
     except ValueError as exc:
         return json_error(400, f"invalid session: {exc}")
     parsed = parse_sdp(sdp)
     if isinstance(parsed, str):
         return json_error(400, parsed)
     try:
-        peer, answer = await open_session(request.app, "realtime", sdp)
+        peer, answer = await open_session(request.app, "realtime", sdp, realtime_config=config)
     except OFFER_REFUSALS as exc:
         return refusal(exc, "realtime call")
-    if session:  # applied as the client's own first session.update would be
-        peer.session.receive_text(json.dumps({"type": "session.update", "session": session}))
     location = str(request.url.with_path(call_path(peer.session_id)).with_query(None))
     return web.Response(status=201, text=answer.sdp, content_type=SDP, headers={"Location": location})
 

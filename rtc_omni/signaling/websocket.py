@@ -27,6 +27,7 @@ from ..protocol import realtime as realtime_proto
 from ..protocol import understand as understand_proto
 from ..sessions.registry import SessionLimitReached, new_session_id
 from ..tasks import TaskSet
+from .client_secrets import opening_config
 from .factory import AnySession, KindNotServed, Services, create_session
 from .keys import REGISTRY, SETTINGS
 
@@ -184,7 +185,9 @@ def _with_audio_names(send: Callable[[dict[str, Any]], None], prefix: str) -> Ca
     return send_renamed
 
 
-async def _serve(request: web.Request, kind: str, max_msg_size: int, model: str | None = None) -> web.WebSocketResponse:
+async def _serve(
+    request: web.Request, kind: str, max_msg_size: int, realtime_config: dict[str, Any] | None = None
+) -> web.WebSocketResponse:
     ws = web.WebSocketResponse(max_msg_size=max_msg_size)
     await ws.prepare(request)
     services, registry = Services.of(request.app), request.app[REGISTRY]
@@ -192,7 +195,9 @@ async def _serve(request: web.Request, kind: str, max_msg_size: int, model: str 
     SESSION_ID.set(session_id)
     carrier = WebSocketCarrier(outbox, services.settings.websocket_audio_events)
     try:
-        session = create_session(kind, session_id, services, carrier, strict_reference=True, model=model)
+        session = create_session(
+            kind, session_id, services, carrier, strict_reference=True, realtime_config=realtime_config
+        )
     except KindNotServed as exc:
         return await _refuse(ws, str(exc))
     try:
@@ -220,7 +225,7 @@ async def realtime_video(request: web.Request) -> web.WebSocketResponse:
 
 async def realtime_stream(request: web.Request) -> web.WebSocketResponse:
     """`WS /v1/realtime?model=...`: the OpenAI Realtime API's events, audio as base64 PCM16 24 kHz."""
-    return await _serve(request, "realtime", REALTIME_MESSAGE_LIMIT, model=request.query.get("model"))
+    return await _serve(request, "realtime", REALTIME_MESSAGE_LIMIT, realtime_config=opening_config(request))
 
 
 def add_routes(app: web.Application) -> None:
