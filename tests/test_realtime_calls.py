@@ -50,6 +50,19 @@ class Call:
         if track.kind == "audio":
             self.recorder = AudioRecorder(track)
 
+    async def connect_older_form(self, server: RunningServer) -> None:
+        """`POST /v1/realtime?model=...` with the SDP as the body."""
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        async with aiohttp.ClientSession() as http:
+            url = server.url + "/v1/realtime?model=qwen3-omni"
+            sdp = self.pc.localDescription.sdp
+            async with http.post(url, data=sdp, headers={"Content-Type": "application/sdp"}) as response:
+                assert response.status == 201
+                self.location = response.headers["Location"]
+                answer = await response.text()
+        await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
+        await self.wait("session.created")
+
     async def connect(self, server: RunningServer, session: dict[str, Any]) -> None:
         await self.pc.setLocalDescription(await self.pc.createOffer())
         client = AsyncOpenAI(base_url=server.url + "/v1", api_key="sk-test")
@@ -150,8 +163,9 @@ async def test_cancel_silences_the_talker(make_server: ServerFactory, call: Call
     assert item["content"][0]["transcript"].startswith(kept) and len(kept) < len(item["content"][0]["transcript"])
 
 
-async def test_hang_up_ends_the_call(server: RunningServer, call: Call) -> None:
-    await call.connect(server, {"type": "realtime"})
+async def test_hang_up_ends_a_call_made_the_older_way(server: RunningServer, call: Call) -> None:
+    await call.connect_older_form(server)
+    assert call.events[0]["session"]["model"] == "qwen3-omni"
     async with aiohttp.ClientSession() as http:
         async with http.delete(call.location) as response:
             assert response.status == 200

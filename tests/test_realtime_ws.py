@@ -32,9 +32,9 @@ RED = (230, 20, 20)
 EVENT_TIMEOUT_S = 20.0
 
 
-def png_data_url(colour: tuple[int, int, int]) -> str:
+def png_data_url(colour: tuple[int, int, int], size: tuple[int, int] = (64, 48)) -> str:
     out = io.BytesIO()
-    Image.new("RGB", (64, 48), colour).save(out, format="PNG")
+    Image.new("RGB", size, colour).save(out, format="PNG")
     return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode("ascii")
 
 
@@ -293,6 +293,15 @@ async def test_bad_input_gets_an_error_with_the_event_id_and_the_session_goes_on
         {"type": "input_audio_buffer.commit", "event_id": "e5"},
         {"type": "session.update", "event_id": "e6", "session": {"output_modalities": ["text", "audio"]}},
         {"type": "session.update", "event_id": "e7", "session": {"audio": {"input": {"format": {"rate": 8000}}}}},
+        {
+            "type": "conversation.item.create",
+            "event_id": "e8",
+            "item": {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_image", "image_url": png_data_url(RED, (4097, 4097))}],
+            },
+        },
     ]
     errors = []
     for bad in bad_events:
@@ -300,7 +309,8 @@ async def test_bad_input_gets_an_error_with_the_event_id_and_the_session_goes_on
         errors.append((await realtime.until("error"))[-1]["error"])
 
     assert errors[0]["type"] == "invalid_request_error" and "JSON" in errors[0]["message"]
-    assert [e["event_id"] for e in errors[1:]] == ["e1", "e2", "e3", "e4", "e5", "e6", "e7"]
+    assert [e["event_id"] for e in errors[1:]] == ["e1", "e2", "e3", "e4", "e5", "e6", "e7", "e8"]
+    assert "pixels" in errors[8]["message"]
     assert errors[2]["param"] == "audio" and errors[3]["param"] == "item.content.0.image_url"
     assert errors[5]["code"] == "input_audio_buffer_commit_empty"
     events = await realtime.respond(output_modalities=["text"])

@@ -24,6 +24,7 @@ INPUT_SAMPLE_RATE = 24_000  # audio/pcm, both ways
 MAX_ITEM_ID_CHARS = 64
 MAX_CONTENT_PARTS = 32
 MAX_INSTRUCTIONS_CHARS = 64 * 1024
+MAX_IMAGE_PIXELS = 4096 * 4096  # an input_image, decoded; a larger one is refused
 
 # Error types and codes, as OpenAI names them where it has a name.
 INVALID_REQUEST = "invalid_request_error"

@@ -78,8 +78,11 @@ def _audio_ms(part: Part) -> float:
 
 
 def _check_image(data: bytes) -> None:
-    """Raise when `data` is not an image PIL can read whole."""
+    """Raise ValueError when `data` is not an image PIL can read whole, or is larger than MAX_IMAGE_PIXELS."""
     with Image.open(io.BytesIO(data)) as image:
+        width, height = image.size
+        if width * height > proto.MAX_IMAGE_PIXELS:
+            raise ValueError(f"the image has more than {proto.MAX_IMAGE_PIXELS} pixels")
         image.load()
 
 
@@ -293,10 +296,13 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             if part.image_url is not None:
                 try:
                     await asyncio.to_thread(_check_image, part.image_url)
-                except (OSError, ValueError, Image.DecompressionBombError):
+                except (OSError, ValueError, Image.DecompressionBombError) as exc:
                     param = f"item.content.{index}.image_url"
                     self._error(
-                        "The image could not be decoded", code="invalid_value", event_id=message.event_id, param=param
+                        f"The image could not be used: {exc}",
+                        code="invalid_value",
+                        event_id=message.event_id,
+                        param=param,
                     )
                     return
                 stored.image = part.image_url
