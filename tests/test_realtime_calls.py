@@ -20,6 +20,7 @@ from rtc_omni.client.media import COLOURS, AudioRecorder, ColourVideoTrack, Tone
 from rtc_omni.signaling.ice import rtc_configuration, set_host_addresses
 
 from .conftest import RunningServer, ServerFactory, http_json
+from .test_whep import WhepPlayer
 
 SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
 TIMEOUT_S = 20.0
@@ -197,3 +198,26 @@ async def test_a_form_without_sdp_or_with_a_bad_session_gets_400(server: Running
     for form, expected in ((no_sdp, "no sdp part"), (bad_session, "invalid session")):
         code, answer = await http_json(server, "POST", "/v1/realtime/calls", data=form)
         assert code == 400 and expected in answer["error"]
+
+
+async def test_a_whep_player_hears_the_calls_talker(server: RunningServer, call: Call) -> None:
+    await call.connect(server, {"type": "realtime"})
+    player = WhepPlayer("audio")
+    await player.play(server, call.call_id)
+    call.send(
+        {
+            "type": "conversation.item.create",
+            "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello."}]},
+        }
+    )
+    call.send({"type": "response.create"})
+    await call.wait("response.done")
+    try:
+        assert player.audio is not None
+        async with asyncio.timeout(TIMEOUT_S):
+            while player.audio.voiced_frames() < 10:
+                await asyncio.sleep(0.05)
+    finally:
+        if player.audio is not None:
+            await player.audio.stop()
+        await player.pc.close()
