@@ -153,7 +153,8 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         return min(1.0, self.settings.idle_timeout / 4)
 
     async def _check_clocks(self, now: float) -> bool:
-        if now - self._last_activity > self.settings.idle_timeout:
+        """Idle: no client event or media for --idle-timeout while no response is running."""
+        if self._response is None and now - self._last_activity > self.settings.idle_timeout:
             self._error(proto.IDLE_TIMEOUT, code="idle_timeout")
             self._close_soon()
             return True
