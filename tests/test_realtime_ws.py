@@ -402,3 +402,16 @@ async def test_an_ephemeral_key_opens_one_session_with_its_config_and_no_server_
     assert secret.value.startswith("ek_") and secret.session.instructions == "From the key."
     assert created.type == "session.created"
     assert created.session.instructions == "From the key." and created.session.output_modalities == ["text"]
+
+
+async def test_a_response_longer_than_the_idle_timeout_completes_then_idle_ends_the_session(
+    make_server: ServerFactory,
+) -> None:
+    server = await make_server(idle_timeout=0.5, synthetic_ttft=1.5)
+    async with connect(server) as rt:
+        await add_user_text(rt, "Take longer than the idle timeout.")
+        events = await rt.respond(output_modalities=["text"])
+        error = (await rt.until("error"))[-1]["error"]
+
+    assert events[-1]["response"]["status"] == "completed"
+    assert error["code"] == "idle_timeout"
