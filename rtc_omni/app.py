@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -16,7 +19,7 @@ from .signaling import client_secrets, ice, offer, realtime_calls, websocket, wh
 from .signaling.auth import bearer_auth
 from .signaling.ice import set_host_addresses, set_port_range
 from .signaling.keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
-from .signaling.limits import cors_allow_list, session_rate_limit
+from .signaling.limits import ConnectionLimit, cors_allow_list, session_rate_limit, text_body
 
 logger = logging.getLogger(__name__)
 
@@ -89,13 +92,20 @@ def create_app(settings: Settings, engines: Engines | None = None) -> web.Applic
         middlewares.append(bearer_auth(settings.auth_token))
     if settings.session_rate_limit:
         middlewares.append(session_rate_limit(settings.session_rate_limit))
-    app = web.Application(client_max_size=offer.MAX_OFFER_BYTES, middlewares=middlewares)
+    middlewares.append(text_body(settings.http_body_timeout))
+    app = web.Application(
+        client_max_size=offer.MAX_OFFER_BYTES,
+        middlewares=middlewares,
+        # aiohttp closes a connection that sends no complete request within its keep-alive timeout:
+        # that is also the deadline for a request's headers (a client dribbling them).
+        handler_args={"keepalive_timeout": settings.http_idle_timeout},
+    )
     app[SETTINGS] = settings
     app[ENGINES] = engines if engines is not None else Engines()
     if engines is None:
         app.on_startup.append(_start_engines)
     app[REGISTRY] = SessionRegistry(settings.max_sessions)
-    app[RECORDINGS] = RecordingStore(settings.recording_dir, settings.max_recordings)
+    app[RECORDINGS] = RecordingStore(settings.recording_dir, settings.max_recordings, settings.max_recording_bytes)
     watch_sessions(app[REGISTRY])
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/health", healthz)  # vLLM's name, so a gateway can health-check another rtc-omni
@@ -111,3 +121,33 @@ def create_app(settings: Settings, engines: Engines | None = None) -> web.Applic
     app.on_shutdown.append(_close_sessions)
     app.on_cleanup.append(_close_engines)
     return app
+
+
+SHUTDOWN_TIMEOUT_S = 10.0
+
+
+async def serve(app: web.Application, settings: Settings, on_listening: Callable[[int], None] | None = None) -> None:
+    """Serve `app` on --host/--port until SIGINT or SIGTERM, then shut down gracefully; `on_listening`
+    gets the bound port once the engines are up and the server listens (the CLI's ready banner).
+
+    aiohttp's run_app, plus the cap on connections per client address (ConnectionLimit), which
+    needs the listening socket's protocol factory.
+    """
+    runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    await runner.setup()
+    assert runner.server is not None
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    limited = ConnectionLimit(runner.server, settings.max_connections_per_client)
+    try:
+        listener = await loop.create_server(limited, settings.host, settings.port)
+        if on_listening is not None:
+            on_listening(listener.sockets[0].getsockname()[1])
+        try:
+            await stop.wait()
+        finally:
+            listener.close()
+    finally:
+        await runner.cleanup()

@@ -4,24 +4,43 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import importlib.util
 import json
 import logging
+import socket
 import sys
 import time
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from .bench.cli import add_arguments as add_bench_arguments
 from .bench.cli import main as run_bench
+from .client.peer import check_server_url
 from .config import add_settings_arguments, load_settings
 from .engines.vllm_runtime import INSTALL_HINT, EngineUnavailable
 from .logs import configure_logging
+from .protocol.generate import VideoGenerationRequest, coerce_start_fields
+from .protocol.understand import SessionConfig
+from .protocol.validation import FieldLabel, describe_validation_error, error_text
+
+DEFAULT_SERVER = "http://127.0.0.1:8080"
+# `rtc-omni client generate` flags not named after the request field they set, for error messages.
+GENERATE_FLAGS = {"num_frames": "--frames", "num_inference_steps": "--steps"}
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """`--help` shows each flag's default, except where there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False) or action.default is argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from aiohttp import web
-
-    from .app import create_app
+    from .app import create_app, serve
 
     settings = load_settings(args)
     if settings.engine == "vllm" and importlib.util.find_spec("vllm_omni") is None:
@@ -29,38 +48,101 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
-    print(
-        f"rtc-omni: engine={settings.engine} ice={','.join(settings.ice_address)} "
-        f"on http://{settings.host}:{settings.port}",
-        flush=True,
-    )
+
+    def listening(port: int) -> None:  # once the engines are up and the port is bound
+        print(
+            f"rtc-omni: engine={settings.engine} ice={','.join(settings.ice_address)} on http://{settings.host}:{port}",
+            flush=True,
+        )
+
     try:
-        web.run_app(app, host=settings.host, port=settings.port, print=None, shutdown_timeout=10.0)
+        asyncio.run(serve(app, settings, on_listening=listening))
     except EngineUnavailable as exc:
         print(f"rtc-omni: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        print(f"rtc-omni: {_listen_error(exc, settings.host, settings.port)}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _listen_error(exc: OSError, host: str, port: int) -> str:
+    """Why the server could not listen, and what to change."""
+    where = f"{host}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return f"{where} is already in use (another rtc-omni serve?): stop it, or pick another --port (0: any free one)"
+    if exc.errno == errno.EACCES:
+        return f"cannot listen on {where}: permission denied (ports below 1024 need privileges); pick another --port"
+    if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {where}: {exc.strerror or exc}; --host must be an address of this machine"
+    return f"cannot listen on {where}: {exc}"
+
+
+def _checked(model: type[BaseModel], data: dict[str, Any], label: FieldLabel = str) -> None:
+    """Catch a request the server would refuse before connecting, naming what to fix."""
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(describe_validation_error(exc, label)) from None
+
+
+def _generate_flag(field: str) -> str:
+    return GENERATE_FLAGS.get(field, "--" + field.replace("_", "-"))
+
+
+def _server_url(text: str) -> str:
+    try:
+        return check_server_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _session_config(text: str) -> dict[str, Any]:
+    """--config: a JSON object of valid session.config fields."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc}); e.g. '{{\"num_frames\": 8}}'") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"num_frames\": 8}'")
+    try:
+        _checked(SessionConfig, value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def _print_now(text: str) -> None:
+    print(text, end="", flush=True)
 
 
 async def _run_client(args: argparse.Namespace) -> int:
     from .client.media import open_audio_source, open_video_source
     from .client.peer import UnderstandClient
 
-    video = open_video_source(args.video, fps=args.fps, size=(args.width, args.height))
-    audio = open_audio_source(args.audio)
+    try:
+        video = open_video_source(args.video, fps=args.fps, size=(args.width, args.height))
+    except ValueError as exc:
+        raise ValueError(f"--video: {exc}") from None
+    try:
+        audio = open_audio_source(args.audio)
+    except ValueError as exc:
+        raise ValueError(f"--audio: {exc}") from None
     client = UnderstandClient(
         args.server, video=video, audio=audio, ice_addresses=args.ice_address or None, token=args.token
     )
     try:
         await client.connect()
         print(f"connected in {client.connect_seconds:.3f} s, session {client.session_id}")
-        config = json.loads(args.config) if args.config else {}
-        await client.configure(**config)
+        await client.configure(**(args.config or {}))
         await asyncio.sleep(args.warmup)
         for query in args.query or ["What do you see and hear?"]:
             print(f"\n> {query}")
-            result = await client.ask(query, timeout=args.timeout)
-            print(result.text)
+            try:
+                result = await client.ask(query, timeout=args.timeout, on_text=_print_now)
+            except TimeoutError as exc:
+                raise TimeoutError(f"{exc} (--timeout)") from None
+            print()
             for message in result.errors:
                 print(f"error: {message}", file=sys.stderr)
             ttft = result.time_to_first_text
@@ -103,6 +185,7 @@ async def _run_generate(args: argparse.Namespace) -> int:
             request[name] = getattr(args, name)
     if args.record:
         request["record"] = True
+    _checked(VideoGenerationRequest, coerce_start_fields(request), _generate_flag)
     try:
         await client.connect()
         print(f"connected in {client.connect_seconds:.3f} s, session {client.session_id}")
@@ -133,51 +216,64 @@ async def _run_generate(args: argparse.Namespace) -> int:
         await client.close()
 
 
+def _add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server", type=_server_url, default=DEFAULT_SERVER, help="the server's base URL")
+    parser.add_argument(
+        "--ice-address", action="append", help="local ICE address; repeat for several (default: 127.0.0.1)"
+    )
+    parser.add_argument("--token", help="Bearer token, if the server requires one (its --auth-token)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rtc-omni", description=__doc__)
+    parser = argparse.ArgumentParser(prog="rtc-omni", description=__doc__, formatter_class=HelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run the media server")
+    serve = commands.add_parser("serve", help="run the media server", formatter_class=HelpFormatter)
     add_settings_arguments(serve)
     serve.set_defaults(func=_serve)
 
-    client = commands.add_parser("client", help="connect as a headless aiortc peer")
+    client = commands.add_parser("client", help="connect as a headless aiortc peer", formatter_class=HelpFormatter)
     kinds = client.add_subparsers(dest="kind", required=True)
-    understand = kinds.add_parser("understand", help="stream camera and mic, ask questions")
-    understand.add_argument("--server", default="http://127.0.0.1:8080", help="server base URL")
-    understand.add_argument("--video", default="testsrc", help="testsrc | colour:NAME | none | FILE")
-    understand.add_argument("--audio", default="tone", help="tone | tone:HZ | silence | none | FILE")
-    understand.add_argument("--width", type=int, default=640)
-    understand.add_argument("--height", type=int, default=480)
-    understand.add_argument("--fps", type=int, default=30)
+    understand = kinds.add_parser(
+        "understand", help="stream camera and mic, ask questions", formatter_class=HelpFormatter
+    )
+    _add_connection_arguments(understand)
+    understand.add_argument("--video", default="testsrc", help="camera: testsrc | colour:NAME | none | FILE")
+    understand.add_argument("--audio", default="tone", help="microphone: tone | tone:HZ | silence | none | FILE")
+    understand.add_argument("--width", type=int, default=640, help="width of the testsrc or colour camera")
+    understand.add_argument("--height", type=int, default=480, help="height of the testsrc or colour camera")
+    understand.add_argument("--fps", type=int, default=30, help="frame rate of the testsrc or colour camera")
     understand.add_argument("--query", action="append", help="a question; repeat for several turns")
-    understand.add_argument("--config", help="session.config fields as JSON, e.g. '{\"num_frames\": 8}'")
+    understand.add_argument(
+        "--config", type=_session_config, help="session.config fields as JSON, e.g. '{\"num_frames\": 8}'"
+    )
     understand.add_argument("--warmup", type=float, default=1.5, help="seconds of media before the first query")
-    understand.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for each answer")
+    understand.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds each answer may take, its speech included"
+    )
     understand.add_argument("--save-audio", help="write the received talker audio to this WAV file")
-    understand.add_argument("--ice-address", action="append", help="local ICE address (default 127.0.0.1)")
-    understand.add_argument("--token", help="Bearer token, if the server requires one")
     understand.set_defaults(func=lambda a: asyncio.run(_run_client(a)))
 
-    generate = kinds.add_parser("generate", help="send a prompt, receive the generated video")
-    generate.add_argument("--server", default="http://127.0.0.1:8080", help="server base URL")
-    generate.add_argument("--prompt", required=True)
-    generate.add_argument("--negative-prompt")
-    generate.add_argument("--size", help="WIDTHxHEIGHT, e.g. 832x480")
-    generate.add_argument("--fps", type=int, default=16)
-    generate.add_argument("--frames", dest="num_frames", type=int, help="number of frames")
-    generate.add_argument("--seed", type=int)
-    generate.add_argument("--steps", dest="num_inference_steps", type=int)
+    generate = kinds.add_parser(
+        "generate", help="send a prompt, receive the generated video", formatter_class=HelpFormatter
+    )
+    _add_connection_arguments(generate)
+    generate.add_argument("--prompt", required=True, help="what the video shows")
+    generate.add_argument("--negative-prompt", help="what it should not show")
+    generate.add_argument("--size", help="WIDTHxHEIGHT, e.g. 832x480 (default: the engine's)")
+    generate.add_argument("--fps", type=int, default=16, help="frames per second of the video")
+    generate.add_argument("--frames", dest="num_frames", type=int, help="number of frames (default: the engine's)")
+    generate.add_argument("--seed", type=int, help="random seed, for a repeatable video")
+    generate.add_argument("--steps", dest="num_inference_steps", type=int, help="diffusion inference steps")
     generate.add_argument("--codec", choices=["vp8", "h264"], help="force the video codec")
     generate.add_argument("--out", help="write the received frames to this MP4 file")
     generate.add_argument("--record", action="store_true", help="ask the server to record an MP4 too")
     generate.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the whole video")
-    generate.add_argument("--ice-address", action="append", help="local ICE address (default 127.0.0.1)")
-    generate.add_argument("--token", help="Bearer token, if the server requires one")
     generate.set_defaults(func=lambda a: asyncio.run(_run_generate(a)))
 
     bench = commands.add_parser(
         "bench",
+        formatter_class=HelpFormatter,
         help="measure latency, interrupt, capacity over 127.0.0.1 ([bench] extra)",
         description="Start `rtc-omni serve` on 127.0.0.1, drive it with headless peers, print the figures "
         "(method and latest figures: docs/benchmarks.md).",
@@ -197,7 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a CLI reports, it does not dump a traceback at users
         if logging.getLogger().isEnabledFor(logging.DEBUG):
             raise
-        print(f"rtc-omni: {exc or type(exc).__name__} (after {time.monotonic() - started:.1f} s)", file=sys.stderr)
+        elapsed = time.monotonic() - started
+        after = f" (after {elapsed:.1f} s)" if elapsed >= 1 else ""
+        print(f"rtc-omni: {error_text(exc)}{after}", file=sys.stderr)
         return 1
 
 

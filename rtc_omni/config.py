@@ -13,7 +13,9 @@ import types
 import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+
+from .protocol.validation import describe_validation_error
 
 ENV_PREFIX = "RTC_OMNI_"
 
@@ -121,6 +123,13 @@ class Settings(BaseModel):
         description="Longest video.frame base64 string accepted (the reference's 10 MiB; SCTP further "
         "limits one DataChannel message to 256 KiB).",
     )
+    max_image_pixels: int = Field(
+        1920 * 1080,
+        ge=64 * 64,
+        description="Most pixels (width x height) of one camera image: a larger video.frame gets an error before "
+        "it is decoded, a larger RTP frame is scaled down to fit. Default: Full HD (a turn decodes up to 128 "
+        "frames, 6 MB of RGB each).",
+    )
     auth_token: str | None = Field(
         None,
         description="Bearer token every HTTP request must carry (Authorization: Bearer ...), except OPTIONS "
@@ -135,6 +144,21 @@ class Settings(BaseModel):
         "several. Empty: handlers' defaults (WHIP allows any origin, as RFC 9725 expects).",
     )
     max_sessions: int = Field(64, ge=1, description="Concurrent sessions; more get 503.")
+    max_connections_per_client: int = Field(
+        64,
+        ge=1,
+        description="Open HTTP and WebSocket connections allowed from one client address; more get 503 and are "
+        "closed (raise it when many users share one NAT address).",
+    )
+    http_idle_timeout: float = Field(
+        15.0,
+        gt=0,
+        description="Seconds a connection may take to send a request's headers, or stay idle between requests, "
+        "before it is closed.",
+    )
+    http_body_timeout: float = Field(
+        30.0, gt=0, description="Seconds a request's body may take to arrive; slower gets 408."
+    )
 
     synthetic_ttft: float = Field(0.15, ge=0, description="Synthetic engine: seconds before the first text token.")
     synthetic_token_rate: float = Field(40.0, gt=0, description="Synthetic engine: text tokens (words) per second.")
@@ -156,10 +180,31 @@ class Settings(BaseModel):
     synthetic_chunk_latency: float = Field(
         0.5, ge=0, description="Synthetic video engine: seconds to produce each later chunk."
     )
+    max_video_pixels: int = Field(
+        1920 * 1080,
+        ge=1,
+        description="Largest generated frame (width x height) a session.start may ask for; larger gets an error. "
+        "Raise it on a GPU deployment that generates more.",
+    )
+    max_video_fps: int = Field(60, ge=1, description="Highest fps a session.start may ask for.")
+    max_video_frames: int = Field(
+        14_400, ge=1, description="Most frames one generation may ask for (num_frames, or seconds x fps)."
+    )
     recording_dir: str | None = Field(
         None, description="Where `record: true` generations are written (default: a temporary folder)."
     )
-    max_recordings: int = Field(16, ge=1, description="Recordings kept for download; the oldest are deleted.")
+    max_recordings: int = Field(
+        16,
+        ge=1,
+        description="Recordings kept for download; the oldest finished one is deleted to make room, one still "
+        "being written never is (a new `record: true` start is refused while all are).",
+    )
+    max_recording_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=64 * 1024,
+        description="Largest recording: it stops there, the generation goes on. The recordings never take more "
+        "than --max-recordings x this on disk.",
+    )
 
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
     log_format: Literal["text", "json"] = Field(
@@ -181,12 +226,18 @@ class Settings(BaseModel):
             raise ValueError("--ice-port-min must not exceed --ice-port-max")
         return self
 
+    @model_validator(mode="after")
+    def _check_remote_has_upstreams(self) -> Settings:
+        if self.engine == "remote" and not self.upstream:
+            raise ValueError("--engine remote needs at least one --upstream ws://HOST:PORT")
+        return self
+
     @field_validator("upstream")
     @classmethod
     def _check_upstreams(cls, value: list[str]) -> list[str]:
         for url in value:
             if not url.startswith(("ws://", "wss://")):
-                raise ValueError(f"upstream {url!r} must be a ws:// or wss:// URL")
+                raise ValueError(f"{url!r} is not a ws:// or wss:// URL")
         return [url.rstrip("/") for url in value]
 
     @property
@@ -219,7 +270,11 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per Settings field; unset flags stay None so env and defaults can apply."""
     for name, field in Settings.model_fields.items():
         flag = "--" + name.replace("_", "-")
-        help_text = f"{field.description} (env {ENV_PREFIX}{name.upper()})"
+        default = field.get_default(call_default_factory=True)
+        shown = ",".join(default) if isinstance(default, list) else default
+        default_text = f" Default: {shown}." if shown not in (None, "") else ""
+        help_text = f"{field.description}{default_text} (env {ENV_PREFIX}{name.upper()})"
+        help_text = help_text.replace("%", "%%")  # argparse formats help with %
         choices = None
         if typing.get_origin(field.annotation) is Literal:
             choices = list(typing.get_args(field.annotation))
@@ -236,6 +291,18 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
             )
 
 
+class SettingsError(ValueError):
+    """A flag or environment variable has a value the server cannot use."""
+
+
+def setting_source(field: str) -> str:
+    """How a user sets a field: `port` -> `--port (RTC_OMNI_PORT)`."""
+    name = field.split(".")[0]
+    if name not in Settings.model_fields:
+        return field
+    return f"--{name.replace('_', '-')} ({ENV_PREFIX}{name.upper()})"
+
+
 def load_settings(args: argparse.Namespace | None = None, environ: dict[str, str] | None = None) -> Settings:
     """Merge defaults, environment variables and parsed flags, validating the result."""
     environ = dict(os.environ) if environ is None else environ
@@ -248,4 +315,7 @@ def load_settings(args: argparse.Namespace | None = None, environ: dict[str, str
             )
         if args is not None and getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
-    return Settings(**values)
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        raise SettingsError(describe_validation_error(exc, setting_source)) from None

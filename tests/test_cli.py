@@ -1,8 +1,13 @@
-"""The installed `rtc-omni` command as a user runs it: serve, connect with the client, Ctrl-C."""
+"""The installed `rtc-omni` command as a user runs it: serve, connect with the client, Ctrl-C,
+README's quickstart, and the message each mistake gets."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -12,7 +17,11 @@ import urllib.request
 import wave
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+RTC_OMNI = [sys.executable, "-m", "rtc_omni"]  # the `rtc-omni` console script, from this source tree
 
 
 def free_port() -> int:
@@ -21,27 +30,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture
-def served(request: pytest.FixtureRequest):
+def start_server(*args: str, cwd: Path | None = None) -> tuple[str, subprocess.Popen[str]]:
+    """`rtc-omni serve ARGS --port FREE`, once it answers /healthz."""
     port = free_port()
-    extra = getattr(request, "param", [])
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rtc_omni",
-            "serve",
-            "--port",
-            str(port),
-            "--synthetic-voice",
-            "tone",
-            "--synthetic-token-rate",
-            "200",
-            *extra,
-        ],
+        [*RTC_OMNI, "serve", *args, "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        cwd=cwd,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
@@ -54,10 +51,69 @@ def served(request: pytest.FixtureRequest):
             assert process.poll() is None, process.stdout.read()
             assert time.monotonic() < deadline, "server did not become ready"
             time.sleep(0.1)
-    yield url, process
+    return url, process
+
+
+def stop(process: subprocess.Popen[str]) -> None:
     if process.poll() is None:
         process.kill()
         process.wait()
+
+
+@pytest.fixture
+def served(request: pytest.FixtureRequest):
+    url, process = start_server(
+        "--synthetic-voice", "tone", "--synthetic-token-rate", "200", *getattr(request, "param", [])
+    )
+    yield url, process
+    stop(process)
+
+
+def readme_command(program: str) -> list[str]:
+    """The first shell line of README's quickstart that runs `program` (e.g. `rtc-omni client`), as argv."""
+    quickstart = README.read_text().split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    shell_lines = [line for block in quickstart.split("```sh\n")[1:] for line in block.split("```")[0].splitlines()]
+    for line in shell_lines:
+        if program in line:
+            words = shlex.split(line.split("&&")[-1])
+            assert words[0] == "rtc-omni", line
+            return [*RTC_OMNI, *words[1:]]
+    raise AssertionError(f"README's quickstart has no {program!r} command")
+
+
+def require_espeak() -> None:
+    message = "espeak-ng is not installed: apt-get install espeak-ng (.ci/run installs it)"
+    if shutil.which("espeak-ng") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def test_readme_quickstart_works_as_written_with_a_spoken_answer(tmp_path: Path) -> None:
+    """README's two commands verbatim (the server on a free port, so the client is told where), on
+    the default voice: espeak-ng, whose spoken answer lasts far longer than its text."""
+    require_espeak()
+    serve = readme_command("rtc-omni serve")
+    url, server = start_server(*serve[len(RTC_OMNI) + 1 :], cwd=tmp_path)
+    try:
+        done = subprocess.run(
+            [*readme_command("rtc-omni client"), "--server", url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+    finally:
+        stop(server)
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = done.stdout.split("> What do you see and hear?", 1)[1]
+    assert "mostly red" in answer and re.search(r"about (43\d|44\d) Hz", answer), answer
+    assert "first audio" in answer and "talker audio saved to talker.wav" in done.stdout
+    with wave.open(str(tmp_path / "talker.wav")) as wav:
+        pcm = np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2")
+        rate = wav.getframerate()
+    voiced_seconds = np.count_nonzero(np.abs(pcm) > 1000) / rate
+    assert voiced_seconds > 2, f"{voiced_seconds:.2f} s of speech in talker.wav"
 
 
 def test_client_command_prints_the_answer_and_saves_the_talker(served, tmp_path: Path) -> None:
@@ -213,3 +269,77 @@ def test_json_logs_name_the_session_on_every_session_line(served) -> None:
     mine = [line for line in lines if line["session_id"] == session_id]
     assert any("connection connected" in line["message"] for line in mine)
     assert any(line["logger"].startswith("aioice") for line in mine)  # aioice's own lines carry it too
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*RTC_OMNI, *args], env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def assert_plain_error(done: subprocess.CompletedProcess[str], expected: str) -> None:
+    """A failing command says what is wrong and what to change, in one line a user can act on."""
+    assert done.returncode != 0, done.stdout
+    assert expected in done.stderr, done.stderr
+    for leak in ("validation error", "errors.pydantic.dev", "Traceback", "ssl:default"):
+        assert leak not in done.stderr, done.stderr
+    assert "engine=" not in done.stdout, "the ready banner came before the error"
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (["client", "understand", "--server", "127.0.0.1:8080"], {}, "did you mean 'http://127.0.0.1:8080'?"),
+        (["client", "understand", "--audio", "tone:abc"], {}, "--audio: 'tone:abc': the tone's frequency must be"),
+        (["client", "understand", "--video", "nosuch.mp4"], {}, "--video: 'nosuch.mp4' is not testsrc"),
+        (["client", "understand", "--config", '{"num_frames": 0}'], {}, "--config: num_frames should be greater"),
+        (["client", "generate", "--prompt", "x", "--size", "100"], {}, "size must be 'WIDTHxHEIGHT'"),
+        (["serve"], {"RTC_OMNI_PORT": "abc"}, "--port (RTC_OMNI_PORT) should be a valid integer (got 'abc')."),
+        (["serve", "--engine", "remote"], {}, "--engine remote needs at least one --upstream ws://HOST:PORT"),
+    ],
+)
+def test_each_mistake_is_named_with_its_flag(args: list[str], env: dict[str, str], expected: str) -> None:
+    assert_plain_error(run_cli(*args, env=env), expected)
+
+
+def test_a_busy_port_is_named_and_no_ready_banner_is_printed() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_cli("serve", "--port", str(port))
+    assert_plain_error(done, f"127.0.0.1:{port} is already in use")
+    assert "--port" in done.stderr
+
+
+def test_a_server_that_is_not_running_is_named() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    done = run_cli("client", "understand", "--server", url, "--query", "hi")
+    assert_plain_error(done, f"cannot connect to {url}: is `rtc-omni serve` running there?")
+
+
+def test_help_shows_defaults_and_explains_every_flag() -> None:
+    understand = run_cli("client", "understand", "--help").stdout
+    assert "(default: 640)" in understand and "(default: http://127.0.0.1:8080)" in understand
+    for flag in ("--width WIDTH", "--height HEIGHT", "--fps FPS"):
+        assert re.search(re.escape(flag) + r"\s+\w", understand), f"{flag} has no help"
+    assert "Default: 8080." in run_cli("serve", "--help").stdout
+
+
+def test_an_answer_longer_than_the_timeout_is_reported_after_its_text(served) -> None:
+    """--timeout bounds the whole turn; the text is shown as it streams, before the speech ends."""
+    url, _ = served
+    done = run_cli(
+        "client", "understand", "--server", url, "--video", "colour:green", "--audio", "none",
+        "--width", "160", "--height", "120", "--warmup", "0.5", "--query", "hi", "--timeout", "3",
+    )  # fmt: skip
+    assert_plain_error(done, "the answer's speech did not finish playing within 3 s (--timeout)")
+    assert "mostly green" in done.stdout
+
+
+@pytest.mark.parametrize("served", [["--auth-token", "s3cret"]], indirect=True)
+def test_a_missing_token_is_named_with_the_flag_to_pass(served) -> None:
+    url, _ = served
+    done = run_cli("client", "understand", "--server", url, "--video", "none", "--audio", "none", "--query", "hi")
+    assert_plain_error(done, "the server refused the session (HTTP 401): missing or wrong bearer token")
+    assert "as --token" in done.stderr

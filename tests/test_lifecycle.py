@@ -146,7 +146,8 @@ async def test_stats_report_the_session(server: RunningServer, make_client: Clie
     ],
 )
 async def test_bad_offers_get_400_with_a_json_error(server: RunningServer, body, message: str) -> None:
-    kwargs = {"data": body} if isinstance(body, str) else {"json": body}
+    as_json = {"Content-Type": "application/json"}
+    kwargs = {"data": body, "headers": as_json} if isinstance(body, str) else {"json": body}
     status, reply = await http_json(server, "POST", "/v1/rtc/offer", **kwargs)
     assert status == 400 and message in reply["error"]
     assert len(server.registry) == 0

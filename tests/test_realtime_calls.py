@@ -180,6 +180,8 @@ async def test_hang_up_ends_a_call_made_the_older_way(server: RunningServer, cal
     [
         ("v=0", "text/plain", 415),
         ("not sdp", "application/sdp", 400),
+        ("--x\r\n", "multipart/form-data", 400),  # no boundary
+        ("--x\r\n", "multipart/form-data; boundary=x", 400),  # no parts
     ],
 )
 async def test_unusable_offers_get_a_4xx(server: RunningServer, body: str, content_type: str, status: int) -> None:

@@ -28,7 +28,9 @@ async def test_session_creation_is_rate_limited_per_client(make_server: ServerFa
     server = await make_server(session_rate_limit=2)
     statuses = []
     for _ in range(3):
-        status, body = await http_json(server, "POST", "/v1/rtc/offer", data="not json")
+        status, body = await http_json(
+            server, "POST", "/v1/rtc/offer", data="not json", headers={"Content-Type": "application/json"}
+        )
         statuses.append(status)
     assert statuses == [400, 400, 429]
     async with aiohttp.ClientSession() as http:

@@ -15,13 +15,15 @@ if TYPE_CHECKING:  # the parser is built on every `rtc-omni` call; the run impor
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quick", action="store_true", help="a smoke run of every item, within about a minute")
+    parser.add_argument("--quick", action="store_true", help="a smoke run of every item, small samples, about 40 s")
     parser.add_argument("--json", type=Path, help="write the figures and raw samples here")
     parser.add_argument("--plots", type=Path, help="draw latency.png and capacity.png into this folder")
     parser.add_argument("--seconds", type=float, help="length of each ingest and WebSocket run")
     parser.add_argument("--max-sessions", type=int, help="largest N of understanding sessions in the capacity sweep")
-    parser.add_argument("--peer-python", help="interpreter with pipecat-ai[webrtc] for 6b (default: this one)")
-    parser.add_argument("--no-peer", action="store_true", help="skip the peer WebRTC server comparison (6b)")
+    parser.add_argument(
+        "--peer-python", help="interpreter with pipecat-ai[webrtc] for the pipecat comparison (default: this one)"
+    )
+    parser.add_argument("--no-peer", action="store_true", help="skip the comparison with pipecat's WebRTC server")
 
 
 def plan_from(args: argparse.Namespace) -> Plan:

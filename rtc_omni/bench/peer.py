@@ -1,5 +1,6 @@
-"""Side by side (b): CPU per session of a peer Python WebRTC server (pipecat's SmallWebRTCTransport)
-doing the same ingest plus an audio echo, against rtc-omni's figure from the same run."""
+"""CPU per session of another Python WebRTC server (pipecat's SmallWebRTCTransport) doing the same
+ingest plus an audio echo, against rtc-omni's figure from the same run: is aiortc, as rtc-omni uses
+it, as cheap as its best-known Python peer?"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A peer Python WebRTC server for side by side (b): pipecat's SmallWebRTCTransport doing the same
+"""Another Python WebRTC server to compare CPU with: pipecat's SmallWebRTCTransport doing the same
 ingest (camera sampled at 10 fps, mic) plus an audio echo, on 127.0.0.1 only.
 
 Run by `rtc_omni.bench.peer` with an interpreter that has `pipecat-ai[webrtc]` (the `[bench]`

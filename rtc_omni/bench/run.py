@@ -29,7 +29,7 @@ class Plan:
     generate_streams: tuple[int, ...] = (1, 2, 4)
     capacity_seconds: float = 15.0
     codecs: tuple[str, ...] = ("vp8", "h264")
-    peer_python: str | None = sys.executable  # an interpreter with pipecat; None skips 6b
+    peer_python: str | None = sys.executable  # an interpreter with pipecat; None skips the pipecat comparison
 
 
 FULL = Plan()

@@ -1,4 +1,5 @@
-"""Side by side (a): vLLM-Omni's WebSocket way of feeding the same session, same content and rate.
+"""vLLM-Omni's WebSocket way of feeding the same session, same content and rate: the baseline
+that shows what WebRTC's media path saves (bytes) and costs (latency).
 
 A reference client sends each sampled camera frame as a base64 JPEG `video.frame` and the mic as
 base64 PCM16 16 kHz `audio.chunk` messages over `WS /v1/video/chat/stream`; the server's session
@@ -19,11 +20,11 @@ import aiohttp
 import numpy as np
 from PIL import Image
 
+from ..engines.base import INPUT_SAMPLE_RATE
 from .understand import SAMPLE_FPS, camera
 
 JPEG_QUALITY = 80  # a browser's canvas.toDataURL("image/jpeg") default is 0.92; clients often lower it
 AUDIO_CHUNK_S = 0.1
-AUDIO_RATE = 16_000
 
 
 @dataclass
@@ -39,7 +40,7 @@ def _jpeg_b64(image: np.ndarray) -> str:
 
 
 def _tone_b64(start: int, samples: int, hz: float = 440.0) -> str:
-    t = (start + np.arange(samples)) / AUDIO_RATE
+    t = (start + np.arange(samples)) / INPUT_SAMPLE_RATE
     return base64.b64encode((0.3 * np.sin(2 * np.pi * hz * t) * 32767).astype("<i2").tobytes()).decode("ascii")
 
 
@@ -67,7 +68,7 @@ async def measure_websocket_ingest(url: str, seconds: float) -> WebSocketFigures
         reader = asyncio.ensure_future(read(ws))
         await send(ws, {"type": "session.config", "enable_frame_filter": False, "modalities": ["text"]})
         started = time.monotonic()
-        frame_period, audio_samples = 1 / SAMPLE_FPS, int(AUDIO_CHUNK_S * AUDIO_RATE)
+        frame_period, audio_samples = 1 / SAMPLE_FPS, int(AUDIO_CHUNK_S * INPUT_SAMPLE_RATE)
         frames = chunks = 0
         while (now := time.monotonic() - started) < seconds:
             if now >= frames * frame_period:

@@ -164,10 +164,6 @@ class ScriptedAudioTrack(PacedAudioTrack):
         """Queue float samples in [-1, 1] at 48 kHz."""
         self._clips.append(clip48.astype(np.float32))
 
-    @property
-    def speaking(self) -> bool:
-        return bool(self._clips)
-
     def _next_samples(self) -> np.ndarray:
         out = np.zeros(AUDIO_FRAME_SAMPLES, dtype=np.float32)
         filled = 0
@@ -220,9 +216,6 @@ class AudioRecorder:
     def voiced_frames(self, since: float = 0.0, until: float = float("inf")) -> int:
         return sum(1 for f in self.frames if since <= f.at < until and f.rms >= self.SILENCE_RMS)
 
-    def last_voiced_at(self) -> float | None:
-        return next((f.at for f in reversed(self.frames) if f.rms >= self.SILENCE_RMS), None)
-
     def save_wav(self, path: str) -> None:
         with wave.open(path, "wb") as out:
             out.setnchannels(1)
@@ -233,6 +226,13 @@ class AudioRecorder:
     async def stop(self) -> None:
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
+
+
+def _open_media_file(spec: str, keywords: str) -> MediaPlayer:
+    """A looping player of a media file or URL; a name that is neither says what was expected."""
+    if "://" not in spec and not Path(spec).exists():
+        raise ValueError(f"{spec!r} is not {keywords}, or an existing media file")
+    return MediaPlayer(spec, loop=True)
 
 
 def open_video_source(spec: str, fps: int = 30, size: tuple[int, int] = (640, 480)) -> MediaStreamTrack | None:
@@ -247,7 +247,7 @@ def open_video_source(spec: str, fps: int = 30, size: tuple[int, int] = (640, 48
         if name not in COLOURS:
             raise ValueError(f"unknown colour {name!r}; choose from {', '.join(COLOURS)}")
         return ColourVideoTrack(COLOURS[name], width, height, fps)
-    player = MediaPlayer(spec, loop=True)
+    player = _open_media_file(spec, "testsrc, colour:NAME, none")
     if player.video is None:
         raise ValueError(f"{spec} has no video stream")
     return player.video
@@ -259,9 +259,17 @@ def open_audio_source(spec: str) -> MediaStreamTrack | None:
         return None
     if spec == "silence":
         return ToneAudioTrack(0.0)
-    if spec == "tone" or spec.startswith("tone:"):
-        return ToneAudioTrack(float(spec.split(":", 1)[1]) if ":" in spec else 440.0)
-    player = MediaPlayer(spec, loop=True)
+    if spec == "tone":
+        return ToneAudioTrack(440.0)
+    if spec.startswith("tone:"):
+        try:
+            frequency = float(spec.split(":", 1)[1])
+        except ValueError:
+            raise ValueError(f"{spec!r}: the tone's frequency must be a number of hertz, e.g. tone:440") from None
+        if not 0 <= frequency <= AUDIO_RATE / 2:
+            raise ValueError(f"{spec!r}: the tone's frequency must be between 0 and {AUDIO_RATE // 2} Hz")
+        return ToneAudioTrack(frequency)
+    player = _open_media_file(spec, "tone, tone:HZ, silence, none")
     if player.audio is None:
         raise ValueError(f"{spec} has no audio stream")
     return player.audio

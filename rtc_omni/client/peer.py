@@ -18,6 +18,20 @@ from .media import AudioRecorder, VideoReceiver
 
 EventFilter = Callable[[dict[str, Any]], bool]
 
+# What to do about a refused offer, by HTTP status.
+REFUSAL_HINTS = {
+    401: "pass the token the server was started with (its --auth-token) as --token",
+    429: "too many new sessions from this address: wait a minute",
+    503: "the server is at its session limit: try again shortly",
+}
+
+
+def check_server_url(url: str) -> str:
+    """`url` without a trailing slash; ValueError unless it is an http:// or https:// URL."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"{url!r} is not an http:// or https:// URL; did you mean 'http://{url}'?")
+    return url.rstrip("/")
+
 
 def prefer_video_codec(transceiver: RTCRtpTransceiver, codec: str) -> None:
     """Offer only `codec` (`vp8`, `h264`) for this video m-line, so the answer must pick it."""
@@ -34,7 +48,9 @@ class SignalingError(Exception):
     """The server refused the offer."""
 
     def __init__(self, status: int, body: Any) -> None:
-        super().__init__(f"HTTP {status}: {body}")
+        reason = body.get("error", body) if isinstance(body, dict) else body
+        hint = REFUSAL_HINTS.get(status)
+        super().__init__(f"the server refused the session (HTTP {status}): {reason}" + (f"; {hint}" if hint else ""))
         self.status, self.body = status, body
 
 
@@ -75,7 +91,7 @@ class ControlClient:
     ) -> None:
         """`ice_servers` (e.g. from GET /v1/ice-servers) are none by default; `relay_only` uses TURN
         alone; `control=False` makes a peer without a DataChannel (like a WHIP publisher)."""
-        self.server = server.rstrip("/")
+        self.server = check_server_url(server)
         self.token = token
         set_host_addresses(ice_addresses if ice_addresses is not None else ["127.0.0.1"])
         self.pc = RTCPeerConnection(rtc_configuration(ice_servers or [], relay_only))
@@ -120,11 +136,19 @@ class ControlClient:
         offer = {"sdp": self.pc.localDescription.sdp, "type": "offer", "kind": kind or self.kind}
         if session_id is not None:
             offer["session_id"] = session_id
-        async with aiohttp.ClientSession() as http:
-            async with http.post(f"{self.server}/v1/rtc/offer", json=offer, headers=self._headers()) as resp:
-                body = await resp.json()
-                if resp.status != 200:
-                    raise SignalingError(resp.status, body)
+        try:
+            async with aiohttp.ClientSession() as http:
+                async with http.post(f"{self.server}/v1/rtc/offer", json=offer, headers=self._headers()) as resp:
+                    try:
+                        body = await resp.json(content_type=None)
+                    except ValueError:
+                        body = (await resp.text())[:200]
+                    if resp.status != 200:
+                        raise SignalingError(resp.status, body)
+        except aiohttp.ClientConnectionError as exc:
+            raise ConnectionError(f"cannot connect to {self.server}: is `rtc-omni serve` running there?") from exc
+        if not isinstance(body, dict) or "sdp" not in body:
+            raise SignalingError(resp.status, f"not an rtc-omni answer: {str(body)[:200]}")
         self.session_id = body["session_id"]
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
         try:
@@ -146,19 +170,28 @@ class ControlClient:
         self.channel.send(message if isinstance(message, str) else json.dumps(message))
 
     async def wait_event(
-        self, event_type: str | None = None, where: EventFilter | None = None, after: int = 0, timeout: float = 10.0
+        self,
+        event_type: str | None = None,
+        where: EventFilter | None = None,
+        after: int = 0,
+        timeout: float | None = 10.0,
     ) -> dict[str, Any]:
-        """The first event at index >= `after` of that type matching `where`."""
-        async with asyncio.timeout(timeout):
-            index = after
-            while True:
-                while index < len(self.events):
-                    event = self.events[index]
-                    index += 1
-                    if (event_type is None or event.get("type") == event_type) and (where is None or where(event)):
-                        return event
-                self._new_event.clear()
-                await self._new_event.wait()
+        """The first event at index >= `after` of that type matching `where`; `timeout=None` leaves
+        the deadline to the caller."""
+        try:
+            async with asyncio.timeout(timeout):
+                index = after
+                while True:
+                    while index < len(self.events):
+                        event = self.events[index]
+                        index += 1
+                        if (event_type is None or event.get("type") == event_type) and (where is None or where(event)):
+                            return event
+                    self._new_event.clear()
+                    await self._new_event.wait()
+        except TimeoutError:
+            awaited = f"no {event_type} event" if event_type else "no answer from the server"
+            raise TimeoutError(f"{awaited} within {timeout:g} s") from None
 
     async def close(self) -> None:
         await self.pc.close()
@@ -213,40 +246,60 @@ class UnderstandClient(ControlClient):
         if event["type"] == "error":
             raise ValueError(event["message"])
 
-    async def ask(self, text: str, timeout: float = 30.0, **extra: Any) -> TurnResult:
-        """Send `video.query` and collect the turn until it ends (done, cancelled or failed)."""
+    async def ask(
+        self, text: str, timeout: float = 30.0, on_text: Callable[[str], None] | None = None, **extra: Any
+    ) -> TurnResult:
+        """Send `video.query` and collect the turn until it ends (done, cancelled or failed).
+
+        `timeout` bounds the whole turn, speech included: a spoken answer plays in real time, so
+        it lasts as long as the speech. `on_text` gets each text delta as it arrives.
+        """
         mark = len(self.events)
         sent_at = time.monotonic()
         self.send({"type": "video.query", "text": text, **extra})
-        start = await self.wait_event(
-            where=lambda e: e["type"] in ("response.start", "error"), after=mark, timeout=timeout
-        )
-        if start["type"] == "error":
-            raise ValueError(start["message"])
-        request_id = start["request_id"]
-        result = TurnResult(request_id=request_id, text="", events=[], sent_at=sent_at)
-        index = self.events.index(start) + 1
+        result: TurnResult | None = None
         text_done = False
-        async with asyncio.timeout(timeout):
-            while True:
-                event = await self.wait_event(where=lambda e: e.get("request_id") == request_id, after=index)
-                index = self.events.index(event, index) + 1
-                result.events.append(event)
-                kind = event["type"]
-                if kind == "response.text.delta":
-                    result.first_text_at = result.first_text_at or self.event_times[index - 1]
-                    result.text += event["delta"]
-                elif kind == "response.text.done":
-                    text_done = True
-                    if "audio" not in self.modalities:
+        try:
+            async with asyncio.timeout(timeout):
+                start = await self.wait_event(
+                    where=lambda e: e["type"] in ("response.start", "error"), after=mark, timeout=None
+                )
+                if start["type"] == "error":
+                    raise ValueError(start["message"])
+                request_id = start["request_id"]
+                result = TurnResult(request_id=request_id, text="", events=[], sent_at=sent_at)
+                index = self.events.index(start) + 1
+                while True:
+                    event = await self.wait_event(
+                        where=lambda e: e.get("request_id") == request_id, after=index, timeout=None
+                    )
+                    index = self.events.index(event, index) + 1
+                    result.events.append(event)
+                    kind = event["type"]
+                    if kind == "response.text.delta":
+                        result.first_text_at = result.first_text_at or self.event_times[index - 1]
+                        result.text += event["delta"]
+                        if on_text is not None:
+                            on_text(event["delta"])
+                    elif kind == "response.text.done":
+                        text_done = True
+                        if "audio" not in self.modalities:
+                            break
+                    elif kind == "error":
+                        result.errors.append(event["message"])
+                    elif kind in ("response.audio.done", "response.cancelled"):
+                        result.cancelled = kind == "response.cancelled"
                         break
-                elif kind == "error":
-                    result.errors.append(event["message"])
-                elif kind in ("response.audio.done", "response.cancelled"):
-                    result.cancelled = kind == "response.cancelled"
-                    break
-                if text_done and result.errors:
-                    break
+                    if text_done and result.errors:
+                        break
+        except TimeoutError:
+            if result is None:
+                missing = "no response.start"
+            elif not text_done:
+                missing = "the answer's text did not finish"
+            else:
+                missing = "the answer's speech did not finish playing"
+            raise TimeoutError(f"{missing} within {timeout:g} s") from None
         result.done_at = time.monotonic()
         return result
 

@@ -8,6 +8,7 @@ from ..config import Settings
 from ..protocol import generate as generate_proto
 from ..protocol import understand as understand_proto
 from .base import (
+    INPUT_SAMPLE_RATE,
     TALKER_SAMPLE_RATE,
     AudioChunk,
     EngineError,
@@ -20,10 +21,10 @@ from .base import (
     UnderstandTurn,
     VideoChunk,
 )
-from .remote import RemoteGenerateEngine, RemoteUnderstandEngine
+from .remote import UNDERSTAND_MESSAGE_BYTES, RemoteGenerateEngine, RemoteUnderstandEngine
 from .synthetic import SyntheticEngine
 from .synthetic_video import SyntheticVideoEngine
-from .upstream import UpstreamPool
+from .upstream import DEFAULT_MAX_MESSAGE_BYTES, UpstreamPool
 
 
 @dataclass
@@ -54,17 +55,18 @@ async def create_engines(settings: Settings) -> Engines:
         return Engines(understand=understand, generate=generate)
     if settings.engine == "remote":
 
-        def pool(path: str) -> UpstreamPool:
+        def pool(path: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> UpstreamPool:
             return UpstreamPool(
                 settings.upstream,
                 path,
                 settings.upstream_retry,
                 settings.upstream_connect_timeout,
                 settings.upstream_health_interval,
+                max_message_bytes,
             )
 
         return Engines(
-            understand=RemoteUnderstandEngine(pool(understand_proto.WEBSOCKET_PATH)),
+            understand=RemoteUnderstandEngine(pool(understand_proto.WEBSOCKET_PATH, UNDERSTAND_MESSAGE_BYTES)),
             generate=RemoteGenerateEngine(pool(generate_proto.WEBSOCKET_PATH)),
         )
     if settings.engine == "synthetic":
@@ -85,6 +87,7 @@ async def create_engines(settings: Settings) -> Engines:
 
 
 __all__ = [
+    "INPUT_SAMPLE_RATE",
     "TALKER_SAMPLE_RATE",
     "AudioChunk",
     "EngineError",

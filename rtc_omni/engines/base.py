@@ -11,7 +11,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-TALKER_SAMPLE_RATE = 24_000
+INPUT_SAMPLE_RATE = 16_000  # the microphone audio a turn carries: what vLLM-Omni's `audio.chunk` holds
+TALKER_SAMPLE_RATE = 24_000  # the speech an engine yields
 
 
 class EngineError(Exception):
@@ -35,7 +36,7 @@ class UnderstandTurn:
 
     request_id: str
     frames: list[TurnFrame]
-    audio_pcm16: bytes  # 16 kHz mono signed 16-bit little-endian
+    audio_pcm16: bytes  # INPUT_SAMPLE_RATE mono signed 16-bit little-endian
     query: str
     history: list[dict[str, Any]] = field(default_factory=list)
     system_prompt: str | None = None

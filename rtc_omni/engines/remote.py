@@ -23,6 +23,7 @@ from typing import Any
 
 import aiohttp
 import numpy as np
+from aiohttp import WSCloseCode
 from PIL import Image
 
 from ..media.fmp4 import FragmentedMp4Decoder
@@ -47,16 +48,29 @@ AUDIO_CHUNK_BYTES = 64 * 1024  # 2 s of 16 kHz PCM16 per audio.chunk message
 INTERACTION_TIMEOUT_S = 5.0
 AUDIO_DELTA_TYPES = ("response.audio.delta", "response.output_audio.delta")  # the latter: vLLM-Omni >= 0.30
 NOT_SERVED = (understand_proto.NOT_AVAILABLE, generate_proto.NOT_AVAILABLE)
+# What one upstream message may weigh, by kind, so a hostile or broken upstream costs at most this.
+# A generation's fMP4 chunks may weigh the pool's default (upstream.DEFAULT_MAX_MESSAGE_BYTES).
+UNDERSTAND_MESSAGE_BYTES = 4 * 1024 * 1024  # a text delta, or a WAV audio delta (~40 s of 24 kHz speech)
+EVENT_BYTES = 1024 * 1024  # one JSON event of a generation, checked before it is parsed
+MAX_ANSWER_CHARS = 1024 * 1024  # one turn's text, over all its deltas (a model's answer is a few KB)
 INTERACTION_ERROR_CODES = ("event_id_conflict", "interaction_failed", "invalid_interaction")
 
 
 async def _receive(
-    pool: UpstreamPool, upstream: Upstream, ws: aiohttp.ClientWebSocketResponse
+    pool: UpstreamPool, upstream: Upstream, ws: aiohttp.ClientWebSocketResponse, max_event_bytes: int
 ) -> dict[str, Any] | bytes:
-    """The next event (parsed) or binary message; EngineError, and the upstream marked down, if it went away."""
+    """The next event (parsed) or binary message; EngineError, and the upstream marked down, if it went
+    away or sent a message over its size cap."""
     message = await ws.receive()
     if message.type == aiohttp.WSMsgType.TEXT:
-        event = json.loads(message.data)
+        if len(message.data) > max_event_bytes:
+            pool.mark_down(upstream)
+            size = len(message.data)
+            raise EngineError(f"upstream {upstream.url} sent a {size}-byte event (at most {max_event_bytes})")
+        try:
+            event = json.loads(message.data)
+        except (ValueError, RecursionError) as exc:
+            raise EngineError(f"upstream {upstream.url} sent a message that is not JSON") from exc
         if not isinstance(event, dict):
             raise EngineError(f"upstream {upstream.url} sent a non-object message")
         if event.get("type") == "error" and event.get("message") in NOT_SERVED:
@@ -65,6 +79,8 @@ async def _receive(
     if message.type == aiohttp.WSMsgType.BINARY:
         return bytes(message.data)
     pool.mark_down(upstream)
+    if message.type == aiohttp.WSMsgType.ERROR and getattr(message.data, "code", None) == WSCloseCode.MESSAGE_TOO_BIG:
+        raise EngineError(f"upstream {upstream.url} sent a message over {pool.max_message_bytes} bytes")
     raise EngineError(f"upstream {upstream.url} closed the connection mid-request")
 
 
@@ -126,12 +142,14 @@ class RemoteUnderstandEngine:
                 await self._send_turn(ws, turn)
                 text = ""
                 while True:
-                    event = await _receive(self.pool, upstream, ws)
+                    event = await _receive(self.pool, upstream, ws, UNDERSTAND_MESSAGE_BYTES)
                     if isinstance(event, bytes):
                         continue
                     kind = event.get("type")
                     if kind == "response.text.delta":
                         text += event["delta"]
+                        if len(text) > MAX_ANSWER_CHARS:
+                            raise EngineError(f"upstream {upstream.url} answered over {MAX_ANSWER_CHARS} characters")
                         yield TextDelta(event["delta"])
                     elif kind == "response.text.done" and event["text"].startswith(text) and event["text"] != text:
                         # Without async chunking upstream sends no deltas, only the full text here.
@@ -216,7 +234,7 @@ class RemoteGenerateEngine:
             try:
                 await ws.send_json(_start_message(request))
                 while True:
-                    message = await _receive(self.pool, upstream, ws)
+                    message = await _receive(self.pool, upstream, ws, EVENT_BYTES)
                     if isinstance(message, dict):
                         if self._on_event(generation, upstream, message):
                             return

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import av
 import numpy as np
 
-from .base import TALKER_SAMPLE_RATE, AudioChunk, TextDelta, UnderstandOutput, UnderstandTurn
+from .base import INPUT_SAMPLE_RATE, TALKER_SAMPLE_RATE, AudioChunk, TextDelta, UnderstandOutput, UnderstandTurn
 
 FIRST_AUDIO_CHUNK_S = 0.32  # Qwen3-Omni: ~4 codec frames before the first audio output
 AUDIO_CHUNK_S = 2.0  # then ~25 codec frames per output
@@ -125,8 +125,8 @@ def analyse(turn: UnderstandTurn) -> TurnAnalysis:
         mean_rgb=mean_rgb,
         colour=colour_name(mean_rgb),
         motion=motion_score([f.rgb for f in turn.frames]),
-        audio_seconds=len(turn.audio_pcm16) / 2 / 16_000,
-        audio_hz=dominant_frequency(turn.audio_pcm16, 16_000),
+        audio_seconds=len(turn.audio_pcm16) / 2 / INPUT_SAMPLE_RATE,
+        audio_hz=dominant_frequency(turn.audio_pcm16, INPUT_SAMPLE_RATE),
         query=turn.query,
         speech_ms=turn.speech_ms,
         history_items=len(turn.history),

@@ -24,7 +24,7 @@ import aiohttp
 
 from .base import EngineError
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # generated video chunks can be large
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # the largest kind: one generated fMP4 chunk
 
 
 @dataclass
@@ -44,8 +44,16 @@ class UpstreamPool:
     """The upstreams of one endpoint path (understanding and generation are judged apart)."""
 
     def __init__(
-        self, urls: list[str], path: str, retry_s: float, connect_timeout_s: float, health_interval_s: float = 5.0
+        self,
+        urls: list[str],
+        path: str,
+        retry_s: float,
+        connect_timeout_s: float,
+        health_interval_s: float = 5.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
+        """`max_message_bytes`: the largest message an upstream of this endpoint may send; aiohttp
+        fails the connection at that size before buffering more."""
         if not urls:
             raise ValueError("the remote engine needs at least one --upstream ws://HOST:PORT")
         self.upstreams = [Upstream(url) for url in urls]
@@ -53,6 +61,7 @@ class UpstreamPool:
         self.retry_s = retry_s
         self.connect_timeout_s = connect_timeout_s
         self.health_interval_s = health_interval_s
+        self.max_message_bytes = max_message_bytes
         self._http: aiohttp.ClientSession | None = None
         self._health_task: asyncio.Task[None] | None = None
 
@@ -110,7 +119,7 @@ class UpstreamPool:
         for upstream in self.candidates():
             try:
                 async with asyncio.timeout(self.connect_timeout_s):
-                    ws = await http.ws_connect(upstream.url + self.path, max_msg_size=MAX_MESSAGE_BYTES)
+                    ws = await http.ws_connect(upstream.url + self.path, max_msg_size=self.max_message_bytes)
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 self.mark_down(upstream)
                 failures.append(f"{upstream.url}: {exc or type(exc).__name__}")

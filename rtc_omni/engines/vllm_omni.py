@@ -22,7 +22,9 @@ import numpy as np
 from PIL import Image
 
 from ..media.wav import wav_base64
+from ..protocol.validation import error_text
 from .base import (
+    INPUT_SAMPLE_RATE,
     AudioChunk,
     ChunkEvents,
     EngineError,
@@ -93,7 +95,10 @@ def build_messages(turn: UnderstandTurn) -> list[dict[str, Any]]:
         content.append({"type": "image_pil", "image_pil": Image.fromarray(frame.rgb), "uuid": uuid})
     if turn.audio_pcm16:
         content.append(
-            {"type": "input_audio", "input_audio": {"data": wav_base64(turn.audio_pcm16, 16_000), "format": "wav"}}
+            {
+                "type": "input_audio",
+                "input_audio": {"data": wav_base64(turn.audio_pcm16, INPUT_SAMPLE_RATE), "format": "wav"},
+            }
         )
     if turn.query:
         content.append({"type": "text", "text": turn.query})
@@ -102,7 +107,7 @@ def build_messages(turn: UnderstandTurn) -> list[dict[str, Any]]:
 
 
 def chat_request(turn: UnderstandTurn) -> dict[str, Any]:
-    """The chat-completions request vLLM-Omni's handler builds (protocol section 3.5)."""
+    """The chat-completions request vLLM-Omni's own handler builds, so a model sees the same prompt here."""
     request: dict[str, Any] = {
         "model": turn.model or "default",
         "messages": build_messages(turn),
@@ -172,11 +177,11 @@ class OmniUnderstandEngine:
             if turn.sampling_params_list:
                 kwargs["sampling_params_list"] = self.chat.sampling_params(turn.sampling_params_list)
         except Exception as exc:
-            raise EngineError(f"Failed to build request: {exc}") from exc
+            raise EngineError(f"Failed to build request: {error_text(exc)}") from exc
         try:
             kwargs["prompt"] = await self.chat.engine_prompt(chat_request(turn))
         except Exception as exc:
-            raise EngineError(f"Preprocess failed: {exc}") from exc
+            raise EngineError(f"Preprocess failed: {error_text(exc)}") from exc
         return kwargs
 
     async def generate(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:
@@ -248,7 +253,7 @@ class DiffusionRuntime(Protocol):
 
 def diffusion_params(runtime: DiffusionRuntime, request: GenerateRequest) -> Any:
     """OmniDiffusionSamplingParams as the reference builds them: engine defaults (already a copy),
-    then only what the client set explicitly (protocol section 4.8)."""
+    then only what the client set explicitly, so an unset field keeps the model's own default."""
     params = runtime.default_params()
     params.width, params.height = request.width, request.height
     params.num_frames = request.num_frames

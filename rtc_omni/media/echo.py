@@ -14,7 +14,8 @@ from collections import deque
 
 import numpy as np
 
-REFERENCE_RATE = 16_000
+from ..engines.base import INPUT_SAMPLE_RATE
+
 KEEP_S = 2.5
 MAX_DELAY_S = 1.5  # loopback through a peer's jitter buffers, with room for a loaded machine
 ECHO_CORRELATION = 0.5
@@ -39,7 +40,7 @@ class EchoReference:
 
     def is_echo(self, mic: np.ndarray, mic_end_at: float) -> bool:
         """Whether 16 kHz float `mic` audio, ending at `mic_end_at`, is mostly the talker's sound."""
-        window_start = mic_end_at - mic.size / REFERENCE_RATE - MAX_DELAY_S
+        window_start = mic_end_at - mic.size / INPUT_SAMPLE_RATE - MAX_DELAY_S
         parts = [x for at, x in self._frames if at >= window_start - 0.02 and at <= mic_end_at]
         if not parts or mic.size == 0:
             return False

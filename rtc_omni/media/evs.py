@@ -23,14 +23,6 @@ class FilterStats:
     retained_count: int = 0
     dropped_count: int = 0
 
-    @property
-    def total_count(self) -> int:
-        return self.retained_count + self.dropped_count
-
-    @property
-    def drop_rate(self) -> float:
-        return self.dropped_count / self.total_count if self.total_count else 0.0
-
 
 class FrameSimilarityFilter:
     """Decides, frame by frame, whether a frame differs enough from the last kept one."""
@@ -60,6 +52,3 @@ class FrameSimilarityFilter:
         self._reference = thumb
         self.stats.retained_count += 1
         return True
-
-    def reset(self) -> None:
-        self._reference = None

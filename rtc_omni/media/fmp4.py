@@ -1,6 +1,6 @@
 """Fragmented MP4 (H.264) streams, as vLLM-Omni's `/v1/realtime/video` sends generated video.
 
-`FragmentedMp4Encoder` writes what the reference's encoder writes (protocol section 4.10): the
+`FragmentedMp4Encoder` writes what vLLM-Omni's encoder writes, so its clients demux it unchanged: the
 init segment (`ftyp` + `moov`) in the first output, then one `moof` + `mdat` fragment per frame.
 The MP4 muxer writes a fragment when the next frame arrives, so each frame leaves one frame late
 and the last one with `close()` (the trailer), exactly as upstream. `FragmentedMp4Decoder` is the

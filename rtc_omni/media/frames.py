@@ -21,7 +21,7 @@ def _ndim(value: Any) -> int | None:
 
 
 def split_videos(videos: Any) -> list[Any]:
-    """The reference's splitting of one engine output into videos (protocol section 4.9)."""
+    """vLLM-Omni's splitting of one engine output into videos, so its engines' outputs play as upstream."""
     if videos is None:
         return []
     if _ndim(videos) == 5:

@@ -17,9 +17,10 @@ import av
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from PIL import Image
 
-logger = logging.getLogger(__name__)
+from ..engines.base import INPUT_SAMPLE_RATE
+from .images import frame_to_image
 
-INGEST_SAMPLE_RATE = 16_000
+logger = logging.getLogger(__name__)
 
 
 class MediaSink(Protocol):
@@ -71,8 +72,8 @@ class FrameSampler:
         return False
 
 
-async def ingest_video(track: MediaStreamTrack, sink: MediaSink) -> None:
-    """Drain a video track until it ends, passing sampled frames to the sink."""
+async def ingest_video(track: MediaStreamTrack, sink: MediaSink, max_pixels: int) -> None:
+    """Drain a video track until it ends, passing sampled frames (at most `max_pixels`) to the sink."""
     sampler = FrameSampler()
     async for frame in iter_frames(track):
         received_ts_ms = time.monotonic() * 1000.0
@@ -83,13 +84,13 @@ async def ingest_video(track: MediaStreamTrack, sink: MediaSink) -> None:
         pts_s = _pts_seconds(frame)
         if not sampler.take(pts_s if pts_s is not None else received_ts_ms / 1000.0, fps):
             continue
-        image = await asyncio.to_thread(frame.to_image)
+        image = await asyncio.to_thread(frame_to_image, frame, max_pixels)
         await sink.add_track_frame(image, None if pts_s is None else pts_s * 1000.0, received_ts_ms)
 
 
 async def ingest_audio(track: MediaStreamTrack, sink: MediaSink) -> None:
     """Drain an audio track until it ends, passing 16 kHz mono PCM16 to the sink."""
-    resampler = av.AudioResampler(format="s16", layout="mono", rate=INGEST_SAMPLE_RATE)
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=INPUT_SAMPLE_RATE)
     async for frame in iter_frames(track):
         if sink.sample_fps is None:  # not configured yet: drop, keep draining
             continue
@@ -105,11 +106,14 @@ async def discard(track: MediaStreamTrack) -> None:
 
 
 def start_ingest(
-    track: MediaStreamTrack, sink: MediaSink, spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[Any]]
+    track: MediaStreamTrack,
+    sink: MediaSink,
+    spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[Any]],
+    max_image_pixels: int,
 ) -> asyncio.Task[None] | None:
     """Start the drain loop that fits the track's kind."""
     if track.kind == "video":
-        return spawn(ingest_video(track, sink))
+        return spawn(ingest_video(track, sink, max_image_pixels))
     if track.kind == "audio":
         return spawn(ingest_audio(track, sink))
     logger.warning("ignoring track of kind %s", track.kind)

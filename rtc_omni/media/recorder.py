@@ -12,12 +12,19 @@ import numpy as np
 
 
 class Mp4Recorder:
-    """Encodes frames on one worker thread, one at a time, so none is lost and none waits long."""
+    """Encodes frames on one worker thread, one at a time, so none is lost and none waits long.
 
-    def __init__(self, path: Path, fps: float) -> None:
+    With `max_bytes`, the file is finished (and stays playable) once its encoded video reaches that
+    size: `full` is then set and later frames are not recorded.
+    """
+
+    def __init__(self, path: Path, fps: float, max_bytes: int | None = None) -> None:
         self.path = path
         self.fps = fps
+        self.max_bytes = max_bytes
+        self.full = False
         self.frames = 0
+        self.bytes = 0  # encoded video so far
         self.size: tuple[int, int] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mp4-recorder")
         self._container: av.container.OutputContainer | None = None
@@ -41,8 +48,13 @@ class Mp4Recorder:
             assert self._stream is not None and self._container is not None
             frame = av.VideoFrame.from_ndarray(rgb[: self._stream.height, : self._stream.width], format="rgb24")
             frame.pts = self.frames
-            self._container.mux(self._stream.encode(frame))
+            packets = self._stream.encode(frame)
+            self._container.mux(packets)
             self.frames += 1
+            self.bytes += sum(packet.size for packet in packets)  # the muxer buffers: the file size lags
+            if self.max_bytes is not None and self.bytes >= self.max_bytes:
+                self.full = True
+                self._encode(None)
             return
         if self._container is not None:
             assert self._stream is not None

@@ -44,7 +44,6 @@ class TalkerAudioTrack(MediaStreamTrack):
         self._start: float | None = None
         self._timestamp = 0
         self.frames_sent = 0
-        self.voiced_frames_sent = 0
         self.echo = EchoReference()
 
     @staticmethod
@@ -54,10 +53,6 @@ class TalkerAudioTrack(MediaStreamTrack):
     @property
     def buffered_ms(self) -> float:
         return len(self._buffer) / _BYTES_PER_SAMPLE / SAMPLE_RATE * 1000.0
-
-    @property
-    def speaking(self) -> bool:
-        return bool(self._buffer)
 
     async def write(self, samples: np.ndarray) -> None:
         """Queue 24 kHz float mono audio; waits (bounded) while the buffer is full."""
@@ -111,7 +106,6 @@ class TalkerAudioTrack(MediaStreamTrack):
         chunk = bytes(self._buffer[:_FRAME_BYTES])
         del self._buffer[:_FRAME_BYTES]
         if chunk:
-            self.voiced_frames_sent += 1
             if len(self._buffer) < self.max_buffer_bytes:
                 self._space.set()
             if not self._buffer:

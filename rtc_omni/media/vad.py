@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import webrtcvad
 
-SAMPLE_RATE = 16_000
+from ..engines.base import INPUT_SAMPLE_RATE
+
 FRAME_MS = 20
-FRAME_SAMPLES = SAMPLE_RATE * FRAME_MS // 1000
+FRAME_SAMPLES = INPUT_SAMPLE_RATE * FRAME_MS // 1000
 _FRAME_BYTES = FRAME_SAMPLES * 2
 START_WINDOW_FRAMES = 8  # 160 ms
 START_VOICED_FRAMES = 5
@@ -91,7 +92,7 @@ class VoiceActivityDetector:
         floor = min(self._energies)
         db = _frame_db(energy)
         loud = db > _SILENCE_DBFS and db - _frame_db(floor) >= self.snr_gate_db
-        return loud and self._vad.is_speech(frame, SAMPLE_RATE), db
+        return loud and self._vad.is_speech(frame, INPUT_SAMPLE_RATE), db
 
     def _frame(self, frame: bytes) -> VadEvent | None:
         start_ms = self.position_ms

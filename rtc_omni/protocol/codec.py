@@ -17,6 +17,8 @@ from typing import Annotated, Any, ClassVar, TypeVar, get_args
 
 from pydantic import BaseModel, Discriminator, Tag, TypeAdapter, ValidationError
 
+from .validation import describe_validation_error
+
 logger = logging.getLogger(__name__)
 M = TypeVar("M")
 
@@ -95,7 +97,7 @@ def parsed_or_invalid(
     try:
         return {"type": msg_type, field: model.model_validate(data)}
     except ValidationError as exc:
-        return {"type": msg_type, "invalid": describe(str(exc))}
+        return {"type": msg_type, "invalid": describe(describe_validation_error(exc))}
 
 
 class TypedMessage(BaseModel):

@@ -25,11 +25,12 @@ from .codec import (
 )
 
 WEBSOCKET_PATH = "/v1/realtime/video"
+RECORDING_PATH = "/v1/rtc/sessions/{session_id}/recording"  # GET: the MP4 of a `record: true` generation
 DEFAULT_FPS = 24
 MAX_START_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_CONTROL_MESSAGE_BYTES = 128 * 1024
 
-# Reference error strings (protocol section 4.4).
+# vLLM-Omni's own error strings, kept verbatim: its clients match them (docs/generate.md lists them).
 TIMEOUT_WAITING_FOR_START = "Timeout waiting for session.start"
 START_TOO_LARGE = "session.start message too large"
 INVALID_JSON_IN_START = "Invalid JSON in session.start"
@@ -48,7 +49,6 @@ INTERACTION_FAILED = "interaction_failed"
 # vLLM-Omni's prompt interactions blend over this many chunks when the client gives no transition_chunks.
 DEFAULT_TRANSITION_CHUNKS = 3
 INVALID_INTERACTION = "invalid_interaction"
-FRAME_SIZE_CHANGED = "frame_size_changed"
 
 
 def expected_start_error(got: Any) -> str:
@@ -148,6 +148,24 @@ class VideoGenerationRequest(BaseModel):
         if num_frames is None and self.seconds is not None:
             num_frames = int(self.seconds) * fps
         return VideoParams(width=width, height=height, num_frames=num_frames, fps=fps)
+
+
+MAX_VIDEO_SIDE = 16383  # VP8's largest frame; H.264 levels stop well below it
+
+
+def video_limit_problem(
+    width: int, height: int, fps: int, num_frames: int, max_pixels: int, max_fps: int, max_frames: int
+) -> str | None:
+    """Why a resolved generation is larger than this server generates (its settings), or None."""
+    if width > MAX_VIDEO_SIDE or height > MAX_VIDEO_SIDE:
+        return f"size {width}x{height} has a side over {MAX_VIDEO_SIDE} pixels"
+    if width * height > max_pixels:
+        return f"size {width}x{height} is over this server's {max_pixels} pixels per frame (--max-video-pixels)"
+    if fps > max_fps:
+        return f"fps {fps} is over this server's {max_fps} (--max-video-fps)"
+    if num_frames > max_frames:
+        return f"num_frames {num_frames} is over this server's {max_frames} (--max-video-frames)"
+    return None
 
 
 def coerce_start_fields(msg: dict[str, Any]) -> dict[str, Any]:
@@ -279,6 +297,7 @@ class GenerationDone(ServerEvent):
     chunks: int
     frames: int
     stopped: bool
+    recording: str | None = None  # our extension: where the `record: true` MP4 is fetched (RECORDING_PATH)
 
 
 class SessionPong(ServerEvent):

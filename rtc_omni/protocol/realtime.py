@@ -18,13 +18,13 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .codec import Refusal, ServerEvent, TypedMessage, UnknownMessage, message_parser
+from .validation import describe_validation_error
 
 WEBSOCKET_PATH = "/v1/realtime"
 INPUT_SAMPLE_RATE = 24_000  # audio/pcm, both ways
 MAX_ITEM_ID_CHARS = 64
 MAX_CONTENT_PARTS = 32
 MAX_INSTRUCTIONS_CHARS = 64 * 1024
-MAX_IMAGE_PIXELS = 4096 * 4096  # an input_image, decoded; a larger one is refused
 
 # Error types and codes, as OpenAI names them where it has a name.
 INVALID_REQUEST = "invalid_request_error"
@@ -343,7 +343,8 @@ def decode(raw: str) -> ClientMessage | InvalidEvent | Refusal:
     except ValidationError as exc:
         first = exc.errors()[0]
         param = ".".join(str(part) for part in first["loc"][1:]) or None  # [0] is the union's tag
-        text = f"Invalid '{param}': {first['msg']}" if param else f"Invalid event: {first['msg']}"
+        tag = f"{value.get('type')}."
+        text = describe_validation_error(exc, lambda field: field.removeprefix(tag))
         return InvalidEvent(type=value.get("type"), event_id=event_id, message=text, param=param)
     if isinstance(message, UnknownMessage):
         return InvalidEvent(type=message.type, event_id=event_id, message=unknown_event(message.type), param="type")

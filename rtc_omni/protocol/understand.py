@@ -29,7 +29,7 @@ from .codec import (
 
 WEBSOCKET_PATH = "/v1/video/chat/stream"
 
-# Reference error strings (protocol section 2.5), kept verbatim so clients can match them.
+# vLLM-Omni's own error strings, kept verbatim: its clients match them (docs/protocol.md lists them).
 TIMEOUT_WAITING_FOR_CONFIG = "Timeout waiting for session.config"
 INVALID_JSON_IN_CONFIG = "Invalid JSON in session.config"
 INVALID_JSON = "Invalid JSON"
@@ -60,7 +60,6 @@ def unknown_type_error(msg_type: Any) -> str:
 
 
 MAX_AUDIO_BUFFER_BYTES = 4 * 1024 * 1024
-AUDIO_SAMPLE_RATE = 16_000
 
 _LEGACY_ALIASES = {
     "num_sample_frames": "num_frames",

@@ -6,7 +6,9 @@ reports speech on, so a speech segment can be cut out of the buffer by its start
 
 from __future__ import annotations
 
-BYTES_PER_MS = 32  # 16 kHz x 2 bytes
+from ..engines.base import INPUT_SAMPLE_RATE
+
+BYTES_PER_MS = INPUT_SAMPLE_RATE * 2 // 1000  # PCM16 mono
 
 
 class AudioBuffer:

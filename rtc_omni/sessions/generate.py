@@ -15,7 +15,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
@@ -25,7 +24,9 @@ from ..media.frames import normalize_videos
 from ..media.recorder import Mp4Recorder
 from ..protocol import generate as proto
 from ..protocol.codec import Refusal
+from ..protocol.validation import error_text
 from .base import ENGINE_CALL_TIMEOUT_S, Session
+from .recordings import RecordingsFull
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class GenerateSession(Session[proto.ClientMessage, GenerateEngine]):
     binary_refusal: ClassVar[Refusal] = proto.BINARY_REFUSAL
 
     video: VideoSink
-    reserve_recording: Callable[[str], Path] | None = None
+    reserve_recording: Callable[[str, float], Mp4Recorder] | None = None  # RecordingStore.reserve
 
     state: GenerateState = "waiting_start"
     request_id: str | None = None
@@ -189,15 +190,31 @@ class GenerateSession(Session[proto.ClientMessage, GenerateEngine]):
             self._ends_reference_session(proto.model_mismatch_error(request.model, served))
             return
         params = request.resolve_video_params()
+        width, height = params.width or DEFAULT_WIDTH, params.height or DEFAULT_HEIGHT
+        num_frames, fps = params.num_frames or DEFAULT_NUM_FRAMES, params.fps or proto.DEFAULT_FPS
+        settings = self.settings
+        too_large = proto.video_limit_problem(
+            width, height, fps, num_frames, settings.max_video_pixels, settings.max_video_fps, settings.max_video_frames
+        )
+        if too_large is not None:
+            self._ends_reference_session(proto.invalid_start_error(too_large))
+            return
+        if request.record and self.reserve_recording is not None:
+            try:
+                self.recorder = self.reserve_recording(self.session_id, fps)
+            except RecordingsFull as exc:
+                self._ends_reference_session(proto.invalid_start_error(str(exc)))
+                return
+            self.video.on_frame_sent = self._record
         self.request_id = f"video_stream-{uuid.uuid4().hex}"
         engine_request = GenerateRequest(
             request_id=self.request_id,
             prompt=request.prompt,
             negative_prompt=request.negative_prompt,
-            width=params.width or DEFAULT_WIDTH,
-            height=params.height or DEFAULT_HEIGHT,
-            num_frames=params.num_frames or DEFAULT_NUM_FRAMES,
-            fps=params.fps or proto.DEFAULT_FPS,
+            width=width,
+            height=height,
+            num_frames=num_frames,
+            fps=fps,
             seed=request.seed,
             num_inference_steps=request.num_inference_steps,
             guidance_scale=request.guidance_scale,
@@ -210,9 +227,6 @@ class GenerateSession(Session[proto.ClientMessage, GenerateEngine]):
             lora=request.lora,
         )
         self.video.fps = float(engine_request.fps)
-        if request.record and self.reserve_recording is not None:
-            self.recorder = Mp4Recorder(self.reserve_recording(self.session_id), engine_request.fps)
-            self.video.on_frame_sent = self.recorder.write
         self.state = "generating"
         self._progress_at = time.monotonic()
         self._emit(proto.VideoStart(request_id=self.request_id, config=request.model_dump(exclude_none=True)))
@@ -278,15 +292,26 @@ class GenerateSession(Session[proto.ClientMessage, GenerateEngine]):
         self.state = "done"
         self._last_activity = time.monotonic()
         assert self.request_id is not None
+        done = proto.GenerationDone(
+            request_id=self.request_id, chunks=self.counters.chunks, frames=self.video.frames_sent, stopped=stopped
+        )
         if self.recorder is not None:
             await self.recorder.finish()  # the recording is downloadable once session.done arrives
-        self._emit(
-            proto.GenerationDone(
-                request_id=self.request_id, chunks=self.counters.chunks, frames=self.video.frames_sent, stopped=stopped
-            )
-        )
+            done.recording = proto.RECORDING_PATH.format(session_id=self.session_id)
+        self._emit(done)
         if self.strict_reference:
             self._close_soon()  # one reference session is one generation
+
+    async def _record(self, rgb: np.ndarray) -> None:
+        """Add a sent frame to the recording; tell the client once, should it reach its size cap."""
+        recorder = self.recorder
+        assert recorder is not None
+        was_full = recorder.full
+        await recorder.write(rgb)
+        if recorder.full and not was_full:
+            self._error(
+                f"recording stopped at {recorder.max_bytes} bytes (--max-recording-bytes); the generation goes on"
+            )
 
     def _scheduled_events(self, chunk_index: int) -> ChunkEvents:
         """Interaction progress derived from the chunk each was scheduled for, for engines that
@@ -350,7 +375,7 @@ class GenerateSession(Session[proto.ClientMessage, GenerateEngine]):
             raise
         except Exception as exc:
             logger.info("session %s: generation failed: %s", self.session_id, exc)
-            self._error(str(exc) or type(exc).__name__)
+            self._error(error_text(exc))
             if self.strict_reference and not self._stopped:
                 self.video.flush()
                 self._close_soon()  # the reference ends without session.done (close aborts the engine)

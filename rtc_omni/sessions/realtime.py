@@ -21,16 +21,27 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from PIL import Image
+from pydantic import ValidationError
 
 from .. import metrics
-from ..engines.base import TALKER_SAMPLE_RATE, AudioChunk, EngineError, TextDelta, TurnFrame, UnderstandEngine
+from ..engines.base import (
+    INPUT_SAMPLE_RATE,
+    TALKER_SAMPLE_RATE,
+    AudioChunk,
+    EngineError,
+    TextDelta,
+    TurnFrame,
+    UnderstandEngine,
+)
 from ..engines.base import UnderstandTurn as EngineTurn
+from ..media.images import open_image
 from ..media.pcm_resample import PcmStream, convert
 from ..media.vad import SpeechStarted, SpeechStopped
 from ..media.wav import float_to_pcm16
 from ..protocol import realtime as proto
 from ..protocol.codec import Refusal
 from ..protocol.understand import MAX_AUDIO_BUFFER_BYTES, TurnDetection
+from ..protocol.validation import describe_validation_error
 from .audio_buffer import BYTES_PER_MS, AudioBuffer
 from .base import Session
 from .conversation import MAX_TURN_IMAGES, Conversation, Item, Part
@@ -44,7 +55,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-BUFFER_RATE = 16_000  # what the engines take
 CAMERA_SAMPLE_FPS = 2.0  # a WebRTC camera, sampled as understanding sessions sample theirs
 
 SessionState = Literal["active", "closed"]
@@ -77,15 +87,6 @@ def _audio_ms(part: Part) -> float:
     return len(part.audio) / (TALKER_SAMPLE_RATE * 2 / 1000)
 
 
-def _check_image(data: bytes) -> None:
-    """Raise ValueError when `data` is not an image PIL can read whole, or is larger than MAX_IMAGE_PIXELS."""
-    with Image.open(io.BytesIO(data)) as image:
-        width, height = image.size
-        if width * height > proto.MAX_IMAGE_PIXELS:
-            raise ValueError(f"the image has more than {proto.MAX_IMAGE_PIXELS} pixels")
-        image.load()
-
-
 def _decode_rgb(images: list[bytes]) -> list[TurnFrame]:
     frames = []
     for data in images:
@@ -111,7 +112,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         self.config = proto.SessionConfig().updated(self.initial_config or {})
         self._conversation = Conversation()
         self._audio = AudioBuffer(MAX_AUDIO_BUFFER_BYTES)
-        self._input = PcmStream(proto.INPUT_SAMPLE_RATE, BUFFER_RATE)
+        self._input = PcmStream(proto.INPUT_SAMPLE_RATE, INPUT_SAMPLE_RATE)
         self._response: _Response | None = None
         self._vad = self._server_vad(self.config.audio.input.turn_detection)
         self._speech_item_id = ""  # the user item the current speech segment will become
@@ -177,7 +178,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
                 self._commit_audio(message)
             case proto.AudioClear():
                 self._audio.clear()
-                self._input = PcmStream(proto.INPUT_SAMPLE_RATE, BUFFER_RATE)
+                self._input = PcmStream(proto.INPUT_SAMPLE_RATE, INPUT_SAMPLE_RATE)
                 self._emit(proto.AudioCleared())
             case proto.ItemCreate():
                 await self._create_item(message)
@@ -203,8 +204,9 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
     def _update_session(self, message: proto.SessionUpdate) -> None:
         try:
             config = self.config.updated(message.session)
-        except ValueError as exc:  # pydantic's ValidationError is a ValueError
-            self._error(f"Invalid session: {exc}", code="invalid_value", event_id=message.event_id, param="session")
+        except ValidationError as exc:
+            text = f"Invalid session: {describe_validation_error(exc)}"
+            self._error(text, code="invalid_value", event_id=message.event_id, param="session")
             return
         detection = config.audio.input.turn_detection
         if detection != self.config.audio.input.turn_detection:
@@ -264,7 +266,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
 
     def _commit_audio(self, message: proto.AudioCommit) -> None:
         self._audio.append(self._input.flush())
-        self._input = PcmStream(proto.INPUT_SAMPLE_RATE, BUFFER_RATE)
+        self._input = PcmStream(proto.INPUT_SAMPLE_RATE, INPUT_SAMPLE_RATE)
         audio = self._audio.take_all()
         if not audio:
             self._error(proto.AUDIO_BUFFER_EMPTY, code="input_audio_buffer_commit_empty", event_id=message.event_id)
@@ -293,10 +295,10 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         for index, part in enumerate(item_in.content):
             stored = Part(type=part.type, text=part.text, transcript=part.transcript)
             if part.audio is not None and part.type == "input_audio":
-                stored.audio = await asyncio.to_thread(convert, part.audio, proto.INPUT_SAMPLE_RATE, BUFFER_RATE)
+                stored.audio = await asyncio.to_thread(convert, part.audio, proto.INPUT_SAMPLE_RATE, INPUT_SAMPLE_RATE)
             if part.image_url is not None:
                 try:
-                    await asyncio.to_thread(_check_image, part.image_url)
+                    await asyncio.to_thread(open_image, part.image_url, self.settings.max_image_pixels)
                 except (OSError, ValueError, Image.DecompressionBombError) as exc:
                     param = f"item.content.{index}.image_url"
                     self._error(

@@ -35,10 +35,12 @@ from ..engines.base import (
 )
 from ..media.echo import EchoReference
 from ..media.evs import FrameSimilarityFilter
+from ..media.images import ImageTooLarge, open_image
 from ..media.vad import SpeechStarted, SpeechStopped
 from ..media.wav import float_to_pcm16, wav_base64
 from ..protocol import understand as proto
 from ..protocol.codec import Refusal
+from ..protocol.validation import error_text
 from .audio_buffer import AudioBuffer
 from .base import Session
 from .engine_stream import stall_bounded
@@ -71,12 +73,6 @@ class Talker(Protocol):
 
 def _now_ms() -> float:
     return time.monotonic() * 1000.0
-
-
-def _decode_image(data: bytes) -> Image.Image:
-    image = Image.open(io.BytesIO(data))
-    image.load()
-    return image
 
 
 def _encode_jpeg(image: Image.Image) -> bytes:
@@ -328,7 +324,10 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             return
         try:
             raw = base64.b64decode(data, validate=True)
-            image = await asyncio.to_thread(_decode_image, raw)
+            image = await asyncio.to_thread(open_image, raw, self.settings.max_image_pixels)
+        except ImageTooLarge as exc:
+            self._error(str(exc))
+            return
         except (binascii.Error, ValueError, OSError, Image.DecompressionBombError):
             self._error(proto.INVALID_IMAGE_DATA)
             return
@@ -486,10 +485,12 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             self._emit(proto.ResponseCancelled(request_id=turn.request_id))
 
     async def _decode_turn_frames(self, frames: list[BufferedFrame]) -> list[TurnFrame]:
+        max_pixels = self.settings.max_image_pixels
+
         def decode() -> list[TurnFrame]:
             return [
                 TurnFrame(
-                    rgb=np.asarray(_decode_image(f.data).convert("RGB")),
+                    rgb=np.asarray(open_image(f.data, max_pixels).convert("RGB")),
                     frame_id=f.frame_id if f.has_id else None,
                     pts_ms=f.pts_ms if isinstance(f.pts_ms, (int, float)) else None,
                     jpeg=f.data,
@@ -554,7 +555,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             return
         except EngineError as exc:
             logger.warning("session %s: turn %s failed: %s", self.session_id, request_id, exc)
-            await self._fail_turn(turn, proto.QUERY_PROCESSING_FAILED, detail=str(exc))
+            await self._fail_turn(turn, proto.QUERY_PROCESSING_FAILED, detail=error_text(exc))
             return
         except Exception:
             logger.exception("session %s: turn %s failed", self.session_id, request_id)

@@ -18,6 +18,8 @@ from aiohttp.typedefs import Handler, Middleware
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..protocol import realtime as proto
+from ..protocol.validation import describe_validation_error
+from .auth import GRANT, bearer_credentials
 from .offer import json_error
 
 CLIENT_SECRETS_PATH = "/v1/realtime/client_secrets"
@@ -70,15 +72,14 @@ class EphemeralKeys:
 
 
 EPHEMERAL_KEYS = web.AppKey("ephemeral_keys", EphemeralKeys)
-GRANT = web.RequestKey("realtime_grant", dict[str, Any])  # a redeemed key's session config
 
 
 async def create_client_secret(request: web.Request) -> web.Response:
     try:
-        body = SecretRequest.model_validate(await request.json() if request.can_read_body else {})
+        body = SecretRequest.model_validate(await request.json() if request.body_exists else {})
         config = proto.SessionConfig().updated(body.session)
     except ValueError as exc:  # bad JSON or a ValidationError
-        detail = exc.errors(include_url=False) if isinstance(exc, ValidationError) else "the body must be JSON"
+        detail = describe_validation_error(exc) if isinstance(exc, ValidationError) else "the body must be JSON."
         return json_error(400, f"invalid client secret request: {detail}")
     minted = request.app[EPHEMERAL_KEYS].mint(body.expires_after.seconds, config.model_dump(mode="json"))
     if minted is None:
@@ -95,9 +96,9 @@ def ephemeral_auth(keys: EphemeralKeys) -> Middleware:
 
     @web.middleware
     async def redeem_key(request: web.Request, handler: Handler) -> web.StreamResponse:
-        given = request.headers.get("Authorization", "")
-        if request.path in SESSION_PATHS and given.startswith("Bearer " + KEY_PREFIX):
-            grant = keys.redeem(given.removeprefix("Bearer "))
+        given = bearer_credentials(request.headers.get("Authorization", "")) or ""
+        if request.path in SESSION_PATHS and given.startswith(KEY_PREFIX):
+            grant = keys.redeem(given)
             if grant is None:
                 return json_error(401, "the ephemeral key is unknown, used or expired")
             request[GRANT] = grant.config

@@ -1,18 +1,34 @@
-"""HTTP guards: a per-client rate limit on session creation, and a CORS allow-list.
+"""HTTP guards: a per-client rate limit on session creation (WebRTC and WebSocket), request bodies
+read within a deadline and in a known charset, a CORS allow-list, and a cap on connections per
+client address.
 
-Both are aiohttp middlewares, so no handler can forget them; the token check is in auth.py.
+The first three are aiohttp middlewares, so no handler can forget them (the token check is in
+auth.py). The connection cap sits below HTTP, where a client that never finishes its headers is
+seen; aiohttp's keep-alive timeout (`handler_args`, app.py) closes such connections.
 """
 
 from __future__ import annotations
 
+import asyncio
+import codecs
+import json
+import logging
 import math
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-SESSION_CREATING_PATHS = ("/v1/rtc/offer", "/whip", "/whep")
+from ..protocol import generate as generate_proto
+from ..protocol import understand as understand_proto
+
+logger = logging.getLogger(__name__)
+
+SESSION_CREATING_PATHS = ("/v1/rtc/offer", "/whip", "/whep")  # by POST
+WEBSOCKET_SESSION_PATHS = (understand_proto.WEBSOCKET_PATH, generate_proto.WEBSOCKET_PATH)  # by GET (upgrade)
 MAX_TRACKED_CLIENTS = 10_000
 
 
@@ -42,7 +58,10 @@ def session_rate_limit(per_minute: int) -> Middleware:
 
     @web.middleware
     async def limit(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.method == "POST" and request.path.startswith(SESSION_CREATING_PATHS):
+        creates_session = (request.method == "POST" and request.path.startswith(SESSION_CREATING_PATHS)) or (
+            request.method == "GET" and request.path in WEBSOCKET_SESSION_PATHS
+        )
+        if creates_session:
             wait = bucket.take(request.remote or "unknown")
             if wait > 0:
                 return web.json_response(
@@ -82,3 +101,101 @@ def cors_allow_list(origins: list[str]) -> Middleware:
         return response
 
     return cors
+
+
+def text_body(deadline_s: float) -> Middleware:
+    """Every request body is read within `deadline_s` (408 otherwise: a client dribbling it) and must be
+    text in a known charset (415) that decodes (400). Every endpoint takes text (JSON, SDP, SDP
+    fragments), so handlers' `.text()` and `.json()` then read the kept body and cannot fail."""
+
+    @web.middleware
+    async def read_text_body(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not request.can_read_body:
+            return await handler(request)
+        try:
+            async with asyncio.timeout(deadline_s):
+                body = await request.read()  # kept by aiohttp for the handler
+        except TimeoutError:
+            return _refusal(408, f"request body not received within {deadline_s:g} s", Connection="close")
+        charset = request.charset or "utf-8"
+        try:
+            codecs.lookup(charset)
+        except LookupError:
+            return _refusal(415, f"unknown charset {charset!r}; send UTF-8")
+        try:
+            body.decode(charset)
+        except UnicodeDecodeError as exc:
+            return _refusal(400, f"body is not valid {charset}: {exc.reason} at byte {exc.start}")
+        return await handler(request)
+
+    return read_text_body
+
+
+def _refusal(status: int, message: str, **headers: str) -> web.Response:
+    """An error that WHIP players and browsers on other origins can read (WHIP allows any origin)."""
+    return web.json_response({"error": message}, status=status, headers={"Access-Control-Allow-Origin": "*", **headers})
+
+
+class ConnectionLimit:
+    """A protocol factory that lets at most `per_client` connections be open from one address;
+    the next gets a 503 and is closed. `factory` makes the real protocol (aiohttp's RequestHandler)."""
+
+    def __init__(self, factory: Callable[[], asyncio.Protocol], per_client: int) -> None:
+        self.factory = factory
+        self.per_client = per_client
+        self.open: Counter[str] = Counter()
+
+    def __call__(self) -> asyncio.Protocol:
+        return _CountedConnection(self)
+
+
+_REFUSAL_BODY = json.dumps({"error": "too many connections from this client address"}).encode()
+REFUSAL = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 5\r\n"
+    b"Connection: close\r\nContent-Length: " + str(len(_REFUSAL_BODY)).encode() + b"\r\n\r\n" + _REFUSAL_BODY
+)
+
+
+class _CountedConnection(asyncio.Protocol):
+    """One connection: counted against its address, or refused; everything else goes to the real protocol."""
+
+    def __init__(self, limit: ConnectionLimit) -> None:
+        self._limit = limit
+        self._inner: asyncio.Protocol | None = None
+        self._address = ""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        peer: Any = transport.get_extra_info("peername")
+        self._address = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        if self._limit.open[self._address] >= self._limit.per_client:
+            logger.warning("refusing a connection: %s already has %d open", self._address, self._limit.per_client)
+            assert isinstance(transport, asyncio.Transport)
+            transport.write(REFUSAL)
+            transport.close()
+            return
+        self._limit.open[self._address] += 1
+        self._inner = self._limit.factory()
+        self._inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._inner is None:
+            return
+        self._limit.open[self._address] -= 1
+        if self._limit.open[self._address] <= 0:
+            del self._limit.open[self._address]
+        self._inner.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._inner is not None:
+            self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received() if self._inner is not None else None
+
+    def pause_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.resume_writing()

@@ -7,6 +7,7 @@ with the WHIP and WHEP endpoints.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any, Literal
@@ -17,17 +18,18 @@ from aiortc.sdp import SessionDescription
 from pydantic import BaseModel, ValidationError
 
 from ..logs import SESSION_ID
+from ..protocol.generate import RECORDING_PATH
+from ..protocol.validation import describe_validation_error
 from ..sessions.registry import SessionLimitReached, new_session_id
 from .factory import Services
 from .keys import ENGINES, RECORDINGS, REGISTRY
-from .peer import OfferRejected, PeerSession
+from .peer import OFFER_FAILURES, PeerSession, closed_on_failure
 
 logger = logging.getLogger(__name__)
 
 MAX_OFFER_BYTES = 256 * 1024
 RETRY_AFTER_S = "5"
 CONTROL_KIND = "control"
-OFFER_FAILURES = (OfferRejected, ValueError, RuntimeError)  # what accepting an unusable offer raises
 OFFER_REFUSALS = (SessionLimitReached, *OFFER_FAILURES)  # what `refusal` maps to an HTTP error
 
 
@@ -52,6 +54,11 @@ def parse_sdp(sdp: str) -> SessionDescription | str:
         return f"unparsable SDP: {exc}"
     if not parsed.media:
         return "SDP has no media sections"
+    for index, media in enumerate(parsed.media):
+        if media.dtls is None:  # aiortc would fail on it deep inside createAnswer
+            return f"media section {index} ({media.kind}) has no a=setup and a=fingerprint: DTLS is required"
+        if media.rtp.muxId == "":
+            return f"media section {index} ({media.kind}) has an empty a=mid"
     return parsed
 
 
@@ -88,11 +95,8 @@ async def open_session(
         session_id, kind, Services.of(app), on_closed=forget, ingest_only=ingest_only, realtime_config=realtime_config
     )
     registry.add(peer)
-    try:
+    async with closed_on_failure(peer):
         answer = await peer.accept(RTCSessionDescription(sdp=sdp, type="offer"))
-    except OFFER_FAILURES:
-        await peer.close()
-        raise
     return peer, answer
 
 
@@ -104,14 +108,16 @@ def find_peer_session(request: web.Request, session_id: str) -> PeerSession | No
 async def post_offer(request: web.Request) -> web.Response:
     if request.content_length is not None and request.content_length > MAX_OFFER_BYTES:
         return json_error(413, f"offer larger than {MAX_OFFER_BYTES} bytes")
+    if request.content_type != "application/json":
+        return json_error(415, "Content-Type must be application/json")
     try:
-        body: Any = await request.json()
-    except ValueError:
+        body: Any = json.loads(await request.text())
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's JSON parser goes
         return json_error(400, "body must be JSON: {sdp, type: 'offer', kind}")
     try:
         offer = OfferRequest.model_validate(body)
     except ValidationError as exc:
-        return json_error(400, f"invalid offer: {exc.errors(include_url=False)}")
+        return json_error(400, f"invalid offer: {describe_validation_error(exc)}")
     engines = request.app[ENGINES]
     if offer.kind not in (*engines.kinds, CONTROL_KIND):
         served = " and ".join(repr(k) for k in (*engines.kinds, CONTROL_KIND))
@@ -159,9 +165,7 @@ async def delete_session(request: web.Request) -> web.Response:
 
 async def get_recording(request: web.Request) -> web.StreamResponse:
     session_id = request.match_info["session_id"]
-    live = request.app[REGISTRY].get(session_id)
-    recorder = getattr(getattr(live, "session", None), "recorder", None)
-    if recorder is not None and not recorder.finished:
+    if request.app[RECORDINGS].in_progress(session_id):
         return json_error(409, "the recording is not finished yet; fetch it after session.done")
     path = request.app[RECORDINGS].get(session_id)
     if path is None:
@@ -173,4 +177,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/rtc/offer", post_offer)
     app.router.add_get("/v1/rtc/sessions/{session_id}", get_session)
     app.router.add_delete("/v1/rtc/sessions/{session_id}", delete_session)
-    app.router.add_get("/v1/rtc/sessions/{session_id}/recording", get_recording)
+    app.router.add_get(RECORDING_PATH, get_recording)

@@ -15,7 +15,8 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any, ClassVar, Protocol
 
 from aiortc import RTCDataChannel, RTCPeerConnection, RTCRtpTransceiver, RTCSessionDescription
@@ -47,6 +48,26 @@ class OfferRejected(Exception):
     """The offer cannot carry this kind of session."""
 
 
+OFFER_FAILURES = (OfferRejected, ValueError, RuntimeError)  # what accepting an unusable offer raises
+
+
+@asynccontextmanager
+async def closed_on_failure(link: _PeerLink) -> AsyncIterator[None]:
+    """Close `link` if accepting its offer fails in any way, even by a cancelled request.
+
+    aiortc raises assorted errors (AttributeError, KeyError ...) deep inside on offers it cannot
+    use: anything but OFFER_FAILURES becomes OfferRejected (a 400), logged with its traceback.
+    """
+    try:
+        yield
+    except BaseException as exc:
+        await asyncio.shield(link.close())
+        if isinstance(exc, Exception) and not isinstance(exc, OFFER_FAILURES):
+            logger.warning("%s: accepting the offer failed unexpectedly", link.name, exc_info=exc)
+            raise OfferRejected(f"{type(exc).__name__}: {exc}") from exc
+        raise
+
+
 class TooManyPeers(SessionLimitReached):
     """The session already has MAX_ATTACHED_PEERS controllers and viewers."""
 
@@ -59,6 +80,10 @@ class ControlReceiver(Protocol):
     def receive_text(self, raw: str) -> None: ...
 
     def receive_binary(self, data: bytes) -> None: ...
+
+
+def oversized_event_message(size: int) -> str:
+    return f"an event of {size} bytes was dropped: larger than one DataChannel message may be"
 
 
 class ControlChannels:
@@ -102,7 +127,11 @@ class ControlChannels:
         while open_channels and self._pending:
             text = self._pending.popleft()
             for channel in open_channels:
-                channel.send(text)
+                try:
+                    channel.send(text)
+                except ValueError:  # over the peer's SCTP max-message-size (256 KiB in browsers and aiortc)
+                    logger.warning("dropping a %d-byte event: larger than the DataChannel carries", len(text))
+                    channel.send(json.dumps({"type": "error", "message": oversized_event_message(len(text))}))
 
     async def drain(self, timeout: float) -> None:
         """Give the last events (an error, session.done) a moment to leave before the close."""
@@ -295,11 +324,9 @@ class PeerSession(_PeerLink):
             raise TooManyPeers(f"session already has {MAX_ATTACHED_PEERS} attached peers")
         peer = AttachedPeer(self, name)
         self.attached.add(peer)
-        try:
-            return peer, await peer.accept(offer)
-        except Exception:
-            await peer.close()
-            raise
+        async with closed_on_failure(peer):
+            answer = await peer.accept(offer)
+        return peer, answer
 
     def find_attached(self, resource_id: str) -> AttachedPeer | None:
         return next((p for p in self.attached if p.resource_id == resource_id), None)
@@ -310,7 +337,7 @@ class PeerSession(_PeerLink):
     def _on_track(self, track: MediaStreamTrack) -> None:
         sink = self.session.media_sink
         if sink is not None:
-            start_ingest(track, sink, self._tasks.spawn)
+            start_ingest(track, sink, self._tasks.spawn, self.settings.max_image_pixels)
         else:
             self._tasks.spawn(discard(track))  # a generation takes no media, but aiortc's queue must drain
 

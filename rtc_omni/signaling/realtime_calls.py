@@ -11,18 +11,21 @@ the microphone and an optional camera m-line into the session.
 from __future__ import annotations
 
 import json
+from email import policy
+from email.parser import BytesParser
 from typing import Any
 
-from aiohttp import BodyPartReader, web
+from aiohttp import web
+from pydantic import ValidationError
 
 from ..protocol import realtime as proto
+from ..protocol.validation import describe_validation_error
 from .client_secrets import opening_config
 from .keys import ENGINES
-from .offer import MAX_OFFER_BYTES, OFFER_REFUSALS, find_peer_session, json_error, open_session, parse_sdp, refusal
+from .offer import OFFER_REFUSALS, find_peer_session, json_error, open_session, parse_sdp, refusal
 
 CALLS_PATH = "/v1/realtime/calls"
 SDP = "application/sdp"
-MAX_SESSION_BYTES = 64 * 1024
 
 
 class BadOffer(Exception):
@@ -37,48 +40,37 @@ def call_path(call_id: str) -> str:
     return f"{CALLS_PATH}/{call_id}"
 
 
-async def _bounded_text(part: BodyPartReader, limit: int) -> str:
-    data = bytearray()
-    while chunk := await part.read_chunk():
-        data.extend(chunk)
-        if len(data) > limit:
-            raise BadOffer(413, f"the {part.name} part is larger than {limit} bytes")
-    return data.decode("utf-8", errors="replace")
-
-
-async def _bounded_text_body(request: web.Request) -> str:
-    body = await request.content.read(MAX_OFFER_BYTES + 1)
-    if len(body) > MAX_OFFER_BYTES:
-        raise BadOffer(413, f"offer larger than {MAX_OFFER_BYTES} bytes")
-    return body.decode("utf-8", errors="replace")
+def _form_fields(content_type: str, body: bytes) -> dict[str, str]:
+    """The text fields of a multipart/form-data body, by name (the body is already bounded and read)."""
+    message = BytesParser(policy=policy.HTTP).parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + body)
+    if not message.is_multipart():
+        raise BadOffer(400, "the multipart body has no parts (is its boundary right?)")
+    fields = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        payload = part.get_payload(decode=True)
+        if isinstance(name, str) and isinstance(payload, bytes):
+            fields[name] = payload.decode("utf-8", errors="replace")
+    return fields
 
 
 async def _read_offer(request: web.Request) -> tuple[str, dict[str, Any]]:
-    """The SDP offer and the session changes it came with."""
-    if request.content_length is not None and request.content_length > MAX_OFFER_BYTES + MAX_SESSION_BYTES:
-        raise BadOffer(413, "offer too large")
+    """The SDP offer and the session changes it came with (the body is read and bounded by the
+    app's limits before any handler runs: limits.text_body)."""
     if request.content_type == SDP:
-        return await _bounded_text_body(request), {}
+        return await request.text(), {}
     if request.content_type != "multipart/form-data":
         raise BadOffer(415, f"Content-Type must be {SDP} or multipart/form-data (sdp, session)")
-    sdp: str | None = None
-    session: dict[str, Any] = {}
-    reader = await request.multipart()
-    while (part := await reader.next()) is not None:
-        if not isinstance(part, BodyPartReader):
-            raise BadOffer(400, "nested multipart bodies are not supported")
-        if part.name == "sdp":
-            sdp = await _bounded_text(part, MAX_OFFER_BYTES)
-        elif part.name == "session":
-            try:
-                session = json.loads(await _bounded_text(part, MAX_SESSION_BYTES))
-            except ValueError:
-                raise BadOffer(400, "the session part must be JSON") from None
-            if not isinstance(session, dict):
-                raise BadOffer(400, "the session part must be a JSON object")
-    if sdp is None:
+    fields = _form_fields(request.headers.get("Content-Type", ""), await request.read())
+    if "sdp" not in fields:
         raise BadOffer(400, "the form has no sdp part")
-    return sdp, session
+    try:
+        session = json.loads(fields.get("session", "{}"))
+    except (ValueError, RecursionError):
+        raise BadOffer(400, "the session part must be JSON") from None
+    if not isinstance(session, dict):
+        raise BadOffer(400, "the session part must be a JSON object")
+    return fields["sdp"], session
 
 
 async def create_call(request: web.Request) -> web.Response:
@@ -91,8 +83,8 @@ async def create_call(request: web.Request) -> web.Response:
         return json_error(exc.status, str(exc))
     try:
         config = proto.SessionConfig().updated(opening_config(request)).updated(session).model_dump(mode="json")
-    except ValueError as exc:
-        return json_error(400, f"invalid session: {exc}")
+    except ValidationError as exc:
+        return json_error(400, f"invalid session: {describe_validation_error(exc)}")
     parsed = parse_sdp(sdp)
     if isinstance(parsed, str):
         return json_error(400, parsed)

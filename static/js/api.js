@@ -24,10 +24,8 @@ async function describeFailure(response) {
   } catch {
     detail = response.statusText;
   }
-  if (response.status === 401 || response.status === 403) {
-    return `The server refused the request (HTTP ${response.status}): ${detail}. Check the access token.`;
-  }
-  return `HTTP ${response.status}: ${detail}`;
+  const hint = response.status === 401 || response.status === 403 ? " Check the access token." : "";
+  return `${detail} (HTTP ${response.status}).${hint}`;
 }
 
 export class ServerError extends Error {}
@@ -59,9 +57,10 @@ export async function postOffer(sdp, kind, timeoutMs = 15000) {
       signal: AbortSignal.timeout(timeoutMs),
     });
   } catch (error) {
+    if (error.name === "TimeoutError") throw new ServerError(`The server did not answer within ${timeoutMs / 1000} s.`);
     throw new ServerError(`Could not reach the server: ${error.message}`);
   }
-  if (!response.ok) throw new ServerError(await describeFailure(response));
+  if (!response.ok) throw new ServerError(`The server refused the session: ${await describeFailure(response)}`);
   return response.json();
 }
 

@@ -1,8 +1,8 @@
 // The Generate view: a generation session (prompt in, generated video out on an RTP track).
 
 import { deleteSession, fetchRecording } from "./api.js";
-import { connectSession } from "./rtc.js";
-import { $, Notice } from "./ui.js";
+import { connectSession, lostReason } from "./rtc.js";
+import { $, Notice, setText } from "./ui.js";
 
 const PROGRESS_INTERVAL_MS = 250;
 // After session.done the last frames are still in flight and in the jitter buffer.
@@ -14,7 +14,10 @@ export class GenerateView {
     this.form = $("gen-form");
     this.video = $("gen-video");
     this.session = null;
+    this.phase = "idle"; // idle | connecting | generating | draining (after session.done) | finished
     this.requested = 0;
+    this.generated = 0;
+    this.chunkFrames = 0; // frames in the first chunk: how many chunks the video will have
     this.framesDecoded = 0;
     this.frameSize = null;
     this.started = false;
@@ -29,8 +32,38 @@ export class GenerateView {
     $("gen-stop").addEventListener("click", () => this.stop());
     $("gen-change").addEventListener("submit", (event) => {
       event.preventDefault();
-      this.changePrompt();
+      if (!$("gen-change-btn").disabled) this.changePrompt();
     });
+    $("gen-new-prompt").addEventListener("input", () => this.refresh());
+    this.refresh();
+  }
+
+  /** The engine produced every requested frame: a prompt change has nothing left to apply to. */
+  get engineFinished() {
+    return this.requested > 0 && this.generated >= this.requested;
+  }
+
+  get acceptsPromptChange() {
+    return this.phase === "generating" && this.started && !this.engineFinished;
+  }
+
+  /** Enable each control only when it can work, and say why the prompt change is closed. */
+  refresh() {
+    const busy = this.phase === "connecting" || this.phase === "generating";
+    $("gen-start").disabled = busy || this.phase === "draining";
+    $("gen-stop").disabled = !busy;
+    const open = this.acceptsPromptChange;
+    $("gen-new-prompt").disabled = !open;
+    $("gen-transition").disabled = !open;
+    $("gen-change-btn").disabled = !open || !$("gen-new-prompt").value.trim();
+    let hint = "Possible while the engine generates: press Generate first.";
+    if (open) hint = "Applies from a chunk the engine has not started yet; blend 0 switches at once.";
+    else if (this.phase === "generating" && this.engineFinished) {
+      hint = "The engine has generated every frame (the rest is still playing): a new prompt needs a new video.";
+    } else if (this.phase === "draining" || this.phase === "finished") {
+      hint = "This video is finished: press Generate for a new one.";
+    } else if (busy) hint = "Possible once the generation has started.";
+    setText($("gen-change-hint"), hint);
   }
 
   request() {
@@ -49,7 +82,8 @@ export class GenerateView {
     this.reset();
     const request = this.request();
     this.requested = request.num_frames || 0;
-    this.setBusy(true);
+    this.phase = "connecting";
+    this.refresh();
     this.status("Connecting…");
     try {
       this.session = await connectSession("generate", {
@@ -63,9 +97,16 @@ export class GenerateView {
     } catch (error) {
       this.notice.show(error.message);
       this.status("Not connected.");
-      this.setBusy(false);
+      this.phase = "idle";
+      this.refresh();
       return;
     }
+    if (this.phase !== "connecting") {
+      this.close(); // stopped while connecting
+      return;
+    }
+    this.phase = "generating";
+    this.refresh();
     this.status("Starting…");
     this.session.send({ type: "session.start", ...request });
     this.timer = setInterval(() => this.updateProgress(), PROGRESS_INTERVAL_MS);
@@ -77,7 +118,9 @@ export class GenerateView {
       this.status("Stopping…");
     } else {
       this.close();
-      this.setBusy(false);
+      this.phase = "idle";
+      this.refresh();
+      this.status("Stopped before the generation began.");
     }
   }
 
@@ -92,6 +135,7 @@ export class GenerateView {
     this.session.send({ type: "session.interaction", interaction });
     this.log(`Prompt change sent: “${prompt}”`, eventId);
     input.value = "";
+    this.refresh();
   }
 
   onMessage(message) {
@@ -104,17 +148,21 @@ export class GenerateView {
         const frames = this.requested ? `${this.requested} frames` : "the default number of frames";
         this.status(`Generating ${frames} of ${size} at ${config.fps || "default"} fps…`);
         this.log(`Started ${message.request_id}`);
-        this.setInteractive(true);
         break;
       }
       case "video.chunk_metadata":
         this.generated = message.last_frame_index + 1;
+        if (!this.chunkFrames) this.chunkFrames = message.num_frames;
+        if (this.engineFinished) this.status(`All ${this.generated} frames generated; playing them…`);
         this.log(`Chunk ${message.generation_chunk_index}: frames ${message.first_frame_index}–${message.last_frame_index}`);
         for (const id of message.started_event_ids || []) this.mark(id, `applied from chunk ${message.generation_chunk_index}`);
         break;
-      case "session.interaction.queued":
-        this.mark(message.event_id, `acknowledged: applies from chunk ${message.apply_from_chunk}`);
+      case "session.interaction.queued": {
+        const chunks = this.requested && this.chunkFrames ? Math.ceil(this.requested / this.chunkFrames) : 0;
+        const late = chunks && message.apply_from_chunk >= chunks ? ", after the last one: it will not show" : "";
+        this.mark(message.event_id, `acknowledged: applies from chunk ${message.apply_from_chunk}${late}`);
         break;
+      }
       case "session.done":
         this.onDone(message);
         break;
@@ -124,24 +172,28 @@ export class GenerateView {
       default:
         break;
     }
+    this.refresh();
   }
 
   onError(message) {
     const text = message.message || "unknown error";
     if (message.event_id) this.mark(message.event_id, `refused: ${text}`);
     this.notice.show(`Server error: ${text}`);
+    if (message.code === "interaction_failed" && this.started && this.requested === 0) {
+      // With the engine's default length the page cannot tell when it finished; the refusal says so.
+      this.requested = this.generated;
+    }
     if (!this.started) {
       // The generation never began (a bad request): end this attempt, keep the form for a fix.
       this.close();
-      this.setBusy(false);
+      this.phase = "idle";
       this.status("Not started. Fix the request and press Generate again.");
     }
   }
 
   onDone(message) {
     this.done = message;
-    this.setInteractive(false);
-    $("gen-stop").disabled = true;
+    this.phase = "draining";
     const how = message.stopped ? "Stopped" : "Done";
     this.status(`${how}: the server sent ${message.frames} frames in ${message.chunks} chunks.`);
     this.log(`session.done: ${message.frames} frames, ${message.chunks} chunks${message.stopped ? ", stopped" : ""}`);
@@ -154,7 +206,8 @@ export class GenerateView {
     this.updateProgress();
     clearInterval(this.timer);
     this.timer = null;
-    $("gen-start").disabled = false;
+    this.phase = "finished";
+    this.refresh();
   }
 
   async offerRecording() {
@@ -194,9 +247,11 @@ export class GenerateView {
 
   onConnectionState(state) {
     if (state === "failed" && this.session) {
-      this.notice.show("The connection to the server failed (no media path). Press Generate to try again.");
+      const why = lostReason(this.session.pc);
+      this.notice.show(`The connection to the server failed: ${why}. Press Generate to try again.`);
       this.close();
-      this.setBusy(false);
+      this.phase = "idle";
+      this.refresh();
       this.status("Connection failed.");
     }
   }
@@ -209,30 +264,19 @@ export class GenerateView {
       this.session.pc.close();
     }
     this.session = null;
-    this.setInteractive(false);
   }
 
   reset() {
     this.started = false;
     this.done = null;
     this.generated = 0;
+    this.chunkFrames = 0;
     this.framesDecoded = 0;
     this.video.srcObject = null;
     $("gen-events").replaceChildren();
     $("gen-download").hidden = true;
     $("gen-progress").value = 0;
     $("gen-progress-text").textContent = "–";
-  }
-
-  setBusy(busy) {
-    $("gen-start").disabled = busy;
-    $("gen-stop").disabled = !busy;
-  }
-
-  setInteractive(on) {
-    $("gen-new-prompt").disabled = !on;
-    $("gen-transition").disabled = !on;
-    $("gen-change-btn").disabled = !on;
   }
 
   status(text) {

@@ -22,28 +22,63 @@ function gatheringComplete(pc) {
   });
 }
 
-function opened(pc, channel) {
+/** The server's addresses from its answer ("127.0.0.1:50123 udp"), for error messages. */
+function answerAddresses(sdp) {
+  const found = [];
+  for (const line of sdp.split(/\r?\n/)) {
+    // a=candidate:<foundation> <component> <transport> <priority> <address> <port> typ <type>
+    const fields = line.startsWith("a=candidate:") ? line.split(" ") : [];
+    if (fields.length >= 6 && fields[1] === "1") found.push(`${fields[4]}:${fields[5]} ${fields[2].toLowerCase()}`);
+  }
+  return found.length ? found.slice(0, 3).join(", ") : "none";
+}
+
+/** Why the connection did not come up, from the stage it reached: ICE, then DTLS, then the channel. */
+function notConnectedReason(pc, addresses, timedOut) {
+  const ice = pc.iceConnectionState;
+  const seconds = `${CONNECT_TIMEOUT_MS / 1000} s`;
+  const silent = `none of the server's addresses (${addresses}) answered`;
+  const hint = "A firewall or NAT is in the way; a TURN server (rtc-omni serve --ice-server) gets through most";
+  if (ice === "failed") return `ICE failed: ${silent}. ${hint}`;
+  if (timedOut && (ice === "new" || ice === "checking")) return `ICE found no network path within ${seconds}: ${silent}. ${hint}`;
+  if (pc.connectionState === "failed") return "the network path works, but the secure media handshake (DTLS) failed";
+  if (pc.connectionState === "closed") return "the connection was closed";
+  if (pc.connectionState !== "connected") {
+    return `the network path works, but the secure media handshake (DTLS) did not finish within ${seconds}`;
+  }
+  return `the connection is up, but the control channel did not open within ${seconds}`;
+}
+
+/** Why an established connection failed: the network path (ICE) or the encryption (DTLS). */
+export function lostReason(pc) {
+  return pc.iceConnectionState === "failed"
+    ? "the network path to the server was lost (ICE failed)"
+    : "the secure media connection failed (DTLS)";
+}
+
+function opened(pc, channel, addresses) {
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => fail("the connection timed out"), CONNECT_TIMEOUT_MS);
+    const timer = setTimeout(() => fail(true), CONNECT_TIMEOUT_MS);
     function cleanup() {
       clearTimeout(timer);
       channel.removeEventListener("open", onOpen);
       pc.removeEventListener("connectionstatechange", onState);
+      pc.removeEventListener("iceconnectionstatechange", onState);
     }
-    function fail(why) {
+    function fail(timedOut) {
       cleanup();
-      reject(new Error(`Could not connect to the server: ${why}.`));
+      reject(new Error(`Could not connect to the server: ${notConnectedReason(pc, addresses, timedOut)}.`));
     }
     function onOpen() {
       cleanup();
       resolve();
     }
     function onState() {
-      if (pc.connectionState === "failed") fail("ICE/DTLS failed (no network path to the media server)");
-      if (pc.connectionState === "closed") fail("the connection closed");
+      if (pc.iceConnectionState === "failed" || ["failed", "closed"].includes(pc.connectionState)) fail(false);
     }
     channel.addEventListener("open", onOpen);
     pc.addEventListener("connectionstatechange", onState);
+    pc.addEventListener("iceconnectionstatechange", onState);
   });
 }
 
@@ -72,7 +107,7 @@ export async function connectSession(kind, { addMedia, onTrack, onMessage, onSta
     await gatheringComplete(pc);
     const answer = await postOffer(pc.localDescription.sdp, kind);
     await pc.setRemoteDescription({ type: answer.type, sdp: answer.sdp });
-    await opened(pc, channel);
+    await opened(pc, channel, answerAddresses(answer.sdp));
     const send = (message) => {
       if (channel.readyState === "open") channel.send(JSON.stringify(message));
     };

@@ -1,30 +1,45 @@
 // The Talk view: an understanding session (camera + mic in, text + talker audio out).
 
 import { deleteSession, sessionStats } from "./api.js";
-import { connectSession } from "./rtc.js";
-import { $, Notice, mediaErrorMessage, seconds } from "./ui.js";
+import { LevelMeter, audioContext } from "./meter.js";
+import { connectSession, lostReason } from "./rtc.js";
+import { $, Notice, icon, mediaErrorMessage, seconds, setText } from "./ui.js";
 
 const PING_INTERVAL_MS = 2000;
 const STATS_INTERVAL_MS = 1000;
 const AUDIO_POLL_MS = 100;
+const LEVEL_INTERVAL_MS = 50;
+// Pauses between the talker's words and sentences shorter than this still count as speaking.
+const SPEAKING_HOLD_MS = 600;
 // After push-to-talk is released, the last speech packets are still on their way to the server.
 const PTT_TAIL_MS = 250;
 
+const PTT_HINT =
+  "Push to talk: the server hears your microphone only while you hold the button (or Space while it has focus). " +
+  "Releasing it asks with what you said, and the text box if filled. A typed question goes without your voice. " +
+  "A new question interrupts the answer in progress.";
+const OPEN_MIC_HINT =
+  "Open mic: the server hears your microphone all the time; each question takes what it heard since the last one. " +
+  "A new question interrupts the answer in progress.";
+
 /** One question and its answer in the transcript. */
 class Turn {
-  constructor(transcript, question) {
+  constructor(transcript, question, { spoken = false, note = "" } = {}) {
     this.requestId = null;
     this.sentAt = performance.now();
     this.firstTextMs = null;
     this.firstAudioMs = null;
     this.audioBaseline = null;
     this.text = "";
-    this.state = "waiting"; // waiting | streaming | speaking | done | cancelled | interrupted | failed
+    this.note = note;
+    // thinking | writing | speaking (open), then done | cancelled | interrupted | failed
+    this.state = "thinking";
     this.el = document.createElement("article");
     this.el.className = "turn";
     const asked = document.createElement("p");
     asked.className = "asked";
-    asked.textContent = question;
+    if (spoken) asked.append(icon("icon-mic"), question || "(spoken question)");
+    else asked.append(question);
     this.answer = document.createElement("p");
     this.answer.className = "answer";
     this.meta = document.createElement("p");
@@ -36,7 +51,7 @@ class Turn {
   }
 
   get open() {
-    return ["waiting", "streaming", "speaking"].includes(this.state);
+    return ["thinking", "writing", "speaking"].includes(this.state);
   }
 
   setState(state) {
@@ -47,7 +62,7 @@ class Turn {
   addText(delta) {
     if (this.firstTextMs == null) this.firstTextMs = performance.now() - this.sentAt;
     this.text += delta;
-    if (this.state === "waiting") this.state = "streaming";
+    if (this.state === "thinking") this.state = "writing";
     this.render();
   }
 
@@ -58,11 +73,11 @@ class Turn {
 
   render() {
     this.el.dataset.state = this.state;
-    this.answer.textContent = this.text || (this.state === "waiting" ? "…" : "");
+    this.answer.textContent = this.text || (this.state === "thinking" ? "…" : "");
     const parts = [];
     const label = {
-      waiting: "waiting for the answer",
-      streaming: "answering",
+      thinking: "thinking",
+      writing: "writing",
       speaking: "speaking",
       done: "",
       cancelled: "cancelled: interrupted by a new question",
@@ -72,6 +87,7 @@ class Turn {
     if (label) parts.push(label);
     if (this.firstTextMs != null) parts.push(`first text ${seconds(this.firstTextMs)}`);
     if (this.firstAudioMs != null) parts.push(`first audio ${seconds(this.firstAudioMs)}`);
+    if (this.note) parts.push(this.note);
     this.meta.textContent = parts.join(" · ");
   }
 }
@@ -81,25 +97,34 @@ export class TalkView {
     this.notice = new Notice("talk-notice");
     this.transcript = $("transcript");
     this.settings = $("talk-settings");
+    this.talker = $("talker");
+    this.micMeter = new LevelMeter($("mic-level"));
+    this.talkerMeter = new LevelMeter($("talker-level"));
     this.session = null;
+    this.connecting = false;
     this.stream = null;
+    this.micProbe = null; // a clone of the mic track: the meter shows the mic even while it is not sent
     this.turns = []; // every turn, oldest first
     this.pending = []; // sent, not yet bound to a request_id
     this.configState = "none"; // none | pending | applied | rejected
+    this.framesBuffered = 0;
     this.timers = [];
     this.pingSentAt = null;
     this.muteUntilRequest = null; // a locally interrupted turn whose audio is muted
     this.pttHeld = false;
+    this.talkerHeardAt = -Infinity;
 
     $("talk-connect").addEventListener("click", () => this.connect());
     $("talk-disconnect").addEventListener("click", () => this.disconnect("Disconnected."));
     $("talk-query").addEventListener("submit", (event) => {
       event.preventDefault();
       const input = $("query-text");
-      if (!input.value.trim()) return;
+      if (!input.value.trim() || $("talk-ask").disabled) return;
       this.ask(input.value.trim());
       input.value = "";
+      this.refresh();
     });
+    $("query-text").addEventListener("input", () => this.refresh());
     $("talk-interrupt").addEventListener("click", () => this.interrupt());
     this.settings.addEventListener("submit", (event) => {
       event.preventDefault();
@@ -107,14 +132,17 @@ export class TalkView {
     });
     $("talk-open-mic").addEventListener("change", () => this.updateMic());
     this.setupPushToTalk($("talk-ptt"));
+    this.refresh();
   }
 
   // ---- connection -------------------------------------------------------------------------
 
   async connect() {
     this.notice.clear();
-    this.setConnected(false, true);
+    this.connecting = true;
+    audioContext(); // from the click, so that the browser lets it run
     $("hud-state").textContent = "opening camera";
+    this.refresh();
     try {
       this.stream = await navigator.mediaDevices.getUserMedia({
         video: { width: { ideal: 640 }, height: { ideal: 480 } },
@@ -122,11 +150,17 @@ export class TalkView {
       });
     } catch (error) {
       this.notice.show(mediaErrorMessage(error));
-      this.setConnected(false);
+      this.connecting = false;
       $("hud-state").textContent = "not connected";
+      this.refresh();
       return;
     }
     $("talk-camera").srcObject = this.stream;
+    const [mic] = this.stream.getAudioTracks();
+    if (mic) {
+      this.micProbe = new MediaStream([mic.clone()]);
+      this.micMeter.attach(this.micProbe);
+    }
     this.updateMic();
     $("hud-state").textContent = "connecting";
     try {
@@ -139,25 +173,31 @@ export class TalkView {
           else pc.addTransceiver("audio", { direction: "recvonly" });
         },
         onTrack: (event) => {
-          if (event.track.kind === "audio") $("talker").srcObject = new MediaStream([event.track]);
+          if (event.track.kind !== "audio") return;
+          const stream = new MediaStream([event.track]);
+          this.talker.srcObject = stream;
+          this.talkerMeter.attach(stream);
         },
         onMessage: (message) => this.onMessage(message),
         onState: (state) => this.onConnectionState(state),
       });
     } catch (error) {
+      this.connecting = false;
       this.stopMedia();
-      this.setConnected(false);
       $("hud-state").textContent = "failed";
       this.notice.show(error.message);
+      this.refresh();
       return;
     }
+    this.connecting = false;
     $("hud-state").textContent = this.session.pc.connectionState;
-    this.setConnected(true);
     this.sendConfig();
     this.timers.push(setInterval(() => this.ping(), PING_INTERVAL_MS));
     this.timers.push(setInterval(() => this.refreshStats(), STATS_INTERVAL_MS));
     this.timers.push(setInterval(() => this.pollAudio(), AUDIO_POLL_MS));
+    this.timers.push(setInterval(() => this.measure(), LEVEL_INTERVAL_MS));
     this.ping();
+    this.refresh();
   }
 
   disconnect(reason) {
@@ -173,23 +213,28 @@ export class TalkView {
     this.pending = [];
     this.stopMedia();
     this.configState = "none";
-    this.setConnected(false);
+    this.framesBuffered = 0;
     $("hud-state").textContent = reason === "Disconnected." ? "not connected" : "closed";
     $("talk-settings-state").textContent = "Sent when you connect; fixed for the session once applied.";
     $("talk-apply").hidden = true;
+    this.refresh();
   }
 
   stopMedia() {
-    if (this.stream) for (const track of this.stream.getTracks()) track.stop();
+    for (const stream of [this.stream, this.micProbe]) if (stream) for (const track of stream.getTracks()) track.stop();
     this.stream = null;
+    this.micProbe = null;
+    this.micMeter.detach();
+    this.talkerMeter.detach();
+    this.talkerHeardAt = -Infinity;
     $("talk-camera").srcObject = null;
-    $("talker").srcObject = null;
+    this.talker.srcObject = null;
   }
 
   onConnectionState(state) {
     $("hud-state").textContent = state;
     if (state === "failed" && this.session) {
-      this.notice.show("The connection to the server failed (no media path). Connect again.");
+      this.notice.show(`The connection to the server failed: ${lostReason(this.session.pc)}. Connect again.`);
       this.disconnect("failed");
     } else if (state === "disconnected") {
       this.notice.show("The connection is interrupted; waiting for it to come back…", "warning");
@@ -198,10 +243,74 @@ export class TalkView {
     }
   }
 
-  setConnected(connected, busy = false) {
-    $("talk-connect").disabled = connected || busy;
+  // ---- what the page shows: state, meters, which controls work ---------------------------
+
+  /** The server can take a question: settings applied and at least one camera frame buffered. */
+  get ready() {
+    return Boolean(this.session) && this.configState === "applied" && this.framesBuffered > 0;
+  }
+
+  get micLive() {
+    return this.pttHeld || $("talk-open-mic").checked;
+  }
+
+  get openTurn() {
+    return [...this.turns].reverse().find((t) => t.open);
+  }
+
+  get talkerSpeaking() {
+    return performance.now() - this.talkerHeardAt < SPEAKING_HOLD_MS;
+  }
+
+  /** Every LEVEL_INTERVAL_MS: read both meters; the talker's level says when the answer is audible. */
+  measure() {
+    this.micMeter.update();
+    this.talkerMeter.update();
+    if (this.talkerMeter.audible && !this.talker.muted) {
+      this.talkerHeardAt = performance.now();
+      const turn = [...this.turns].reverse().find((t) => t.open && t.requestId);
+      if (turn && turn.state !== "speaking") turn.setState("speaking");
+    }
+    this.refresh();
+  }
+
+  /** The conversation's state (listening / thinking / speaking), the meters' notes, and the controls. */
+  refresh() {
+    const [state, text] = this.conversationState();
+    const box = $("talk-state");
+    if (box.dataset.state !== state) box.dataset.state = state;
+    setText($("talk-state-text"), text);
+
+    let mic = "off";
+    if (this.micProbe) mic = this.micLive ? "sending" : "muted: hold to talk";
+    setText($("mic-state"), mic);
+    $("mic-level").parentElement.dataset.muted = String(!this.micLive);
+    let talker = "off";
+    if (this.session) talker = this.talker.muted ? "muted" : this.talkerSpeaking ? "speaking" : "silent";
+    setText($("talker-state"), talker);
+    setText($("ptt-hint"), $("talk-open-mic").checked ? OPEN_MIC_HINT : PTT_HINT);
+
+    const connected = Boolean(this.session);
+    const hasMic = Boolean(this.stream && this.stream.getAudioTracks().length);
+    $("talk-connect").disabled = connected || this.connecting;
     $("talk-disconnect").disabled = !connected;
-    for (const id of ["query-text", "talk-ask", "talk-ptt", "talk-interrupt"]) $(id).disabled = !connected;
+    $("query-text").disabled = !connected;
+    $("talk-ask").disabled = !this.ready || !$("query-text").value.trim();
+    $("talk-ptt").disabled = !this.pttHeld && !(this.ready && hasMic);
+    $("talk-interrupt").disabled = !connected || !this.openTurn;
+  }
+
+  conversationState() {
+    if (this.connecting) return ["connecting", "Connecting…"];
+    if (!this.session) return ["off", "Not connected"];
+    if (this.configState === "rejected") return ["connecting", "Settings rejected: fix them and apply again"];
+    if (this.configState !== "applied") return ["connecting", "Applying the settings…"];
+    if (this.framesBuffered === 0) return ["connecting", "Waiting for the camera's first frame…"];
+    if (this.pttHeld) return ["listening", "Listening: speak, then release the button"];
+    if (this.talkerSpeaking && !this.talker.muted) return ["speaking", "Speaking"];
+    if (this.openTurn) return ["thinking", "Thinking"];
+    if ($("talk-open-mic").checked) return ["listening", "Listening (open mic)"];
+    return ["listening", "Your turn: type a question, or hold “Hold to talk” and speak"];
   }
 
   // ---- settings ---------------------------------------------------------------------------
@@ -231,24 +340,28 @@ export class TalkView {
     // The pong after the config says it applied; an error before it says why not.
     this.pingSentAt = performance.now();
     this.session.send({ type: "ping" });
+    this.refresh();
   }
 
   // ---- turns ------------------------------------------------------------------------------
 
-  ask(text, label) {
+  ask(text, { spoken = false } = {}) {
     if (!this.session) return;
     this.notice.clear();
     this.unmuteTalker();
-    const turn = new Turn(this.transcript, label || text);
+    // Said where it applies: a typed question with push-to-talk carries only silence.
+    const note = !spoken && !this.micLive && this.micProbe ? "typed; mic muted (push to talk), so no voice was sent" : "";
+    const turn = new Turn(this.transcript, text, { spoken, note });
     this.turns.push(turn);
     this.pending.push(turn);
     this.session.send({ type: "video.query", text });
     this.transcript.scrollTop = this.transcript.scrollHeight;
+    this.refresh();
   }
 
   /** Stop the answer in progress: the talker goes quiet here at once, and the turn is marked. */
   interrupt() {
-    const turn = [...this.turns].reverse().find((t) => t.open);
+    const turn = this.openTurn;
     if (!turn) return;
     turn.setState("interrupted");
     // The server stops the turn (response.cancel -> response.cancelled); what is already on the
@@ -257,13 +370,14 @@ export class TalkView {
       this.muteUntilRequest = turn.requestId;
       this.session.send({ type: "response.cancel" });
     }
-    $("talker").muted = true;
+    this.talker.muted = true;
     this.pending = this.pending.filter((t) => t !== turn);
+    this.refresh();
   }
 
   unmuteTalker() {
     this.muteUntilRequest = null;
-    $("talker").muted = false;
+    this.talker.muted = false;
   }
 
   turnFor(requestId) {
@@ -281,6 +395,9 @@ export class TalkView {
           $("talk-settings-state").textContent = "Applied.";
         }
         break;
+      case "video.frame.ack":
+        if (typeof message.buffered_frames === "number") this.framesBuffered = message.buffered_frames;
+        break;
       case "response.start": {
         const next = this.pending.shift();
         if (next) next.requestId = message.request_id;
@@ -293,8 +410,9 @@ export class TalkView {
       case "response.text.done":
         if (turn && turn.open) {
           turn.text = message.text;
-          const speaks = this.config().modalities.includes("audio");
-          turn.setState(turn.state === "failed" ? "failed" : speaks ? "speaking" : "done");
+          // With speech the turn stays open until the talker finished (response.audio.done).
+          if (this.config().modalities.includes("audio")) turn.render();
+          else turn.setState("done");
         }
         break;
       case "response.audio.done":
@@ -309,13 +427,14 @@ export class TalkView {
         this.onError(message, turn);
         break;
       default:
-        break; // video.frame.ack, video.frames.consumed, session.done: the HUD polls stats instead
+        break; // video.frames.consumed, session.done: the HUD polls stats instead
     }
     const latest = [...this.turns].reverse().find((t) => t.firstTextMs != null || t.firstAudioMs != null);
     if (latest) {
       $("hud-first-text").textContent = seconds(latest.firstTextMs);
       $("hud-first-audio").textContent = seconds(latest.firstAudioMs);
     }
+    this.refresh();
   }
 
   onError(message, turn) {
@@ -351,7 +470,7 @@ export class TalkView {
       button.setAttribute("aria-pressed", "true");
       this.unmuteTalker();
       // Speaking over the answer interrupts it: the question sent on release cancels it.
-      $("talker").muted = true;
+      this.talker.muted = true;
       this.updateMic();
     };
     const release = () => {
@@ -364,7 +483,7 @@ export class TalkView {
       input.value = "";
       setTimeout(() => {
         this.updateMic();
-        this.ask(text, text ? `🎤 ${text}` : "🎤 (spoken question)");
+        this.ask(text, { spoken: true });
       }, PTT_TAIL_MS);
     };
     button.addEventListener("pointerdown", (event) => {
@@ -389,9 +508,8 @@ export class TalkView {
 
   /** The microphone reaches the server only while push-to-talk is held, or always with "Open mic". */
   updateMic() {
-    if (!this.stream) return;
-    const live = this.pttHeld || $("talk-open-mic").checked;
-    for (const track of this.stream.getAudioTracks()) track.enabled = live;
+    if (this.stream) for (const track of this.stream.getAudioTracks()) track.enabled = this.micLive;
+    this.refresh();
   }
 
   // ---- HUD --------------------------------------------------------------------------------
@@ -407,6 +525,7 @@ export class TalkView {
     if (!this.session) return;
     const stats = await sessionStats(this.session.sessionId);
     if (!stats) return;
+    if (typeof stats.frames_buffered === "number") this.framesBuffered = stats.frames_buffered;
     $("hud-buffered").textContent = String(stats.frames_buffered ?? "–");
     $("hud-filtered").textContent = String(stats.frames_filtered ?? "–");
   }

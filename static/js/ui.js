@@ -22,6 +22,18 @@ export class Notice {
   }
 }
 
+/** Set an element's text only when it changes: views refresh often, and screen readers follow live text. */
+export function setText(element, text) {
+  if (element.textContent !== text) element.textContent = text;
+}
+
+/** An inline SVG icon from the page's sprite (`<symbol id=...>`), hidden from screen readers. */
+export function icon(id) {
+  const parser = document.createElement("template"); // the HTML parser puts <svg> in the SVG namespace
+  parser.innerHTML = `<svg class="icon" aria-hidden="true" focusable="false"><use href="#${id}"></use></svg>`;
+  return parser.content.firstElementChild;
+}
+
 export function seconds(ms) {
   return ms == null ? "–" : `${(ms / 1000).toFixed(2)} s`;
 }

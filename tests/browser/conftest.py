@@ -84,6 +84,11 @@ def write_tone_wav(path: Path, hz: float, seconds: float = 2.0, rate: int = 48_0
         out.writeframes(data)
 
 
+def chromium_flags(camera: Path, mic: Path) -> list[str]:
+    """Chromium's launch flags, with the fake camera and microphone playing these files."""
+    return [*CHROMIUM_FLAGS, f"--use-file-for-fake-video-capture={camera}", f"--use-file-for-fake-audio-capture={mic}"]
+
+
 @pytest.fixture(scope="session")
 def fake_media(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("fake-media")
@@ -117,8 +122,7 @@ async def browser(fake_media: tuple[Path, Path]) -> AsyncIterator[Any]:
         unavailable("the playwright package is not installed (pip install -e '.[test]')")
     if shutil.which(CHROMIUM) is None:
         unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
-    camera, mic = fake_media
-    flags = [*CHROMIUM_FLAGS, f"--use-file-for-fake-video-capture={camera}", f"--use-file-for-fake-audio-capture={mic}"]
+    flags = chromium_flags(*fake_media)
     async with async_playwright() as playwright:
         launched = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=flags, timeout=30_000)
         try:
@@ -133,11 +137,15 @@ class PageProblems:
     # Optional endpoints the page probes; a 404 from them is expected on a server without them.
     OPTIONAL = ("/v1/ice-servers",)
 
-    def __init__(self) -> None:
+    def __init__(self, expected_status: tuple[int, ...] = ()) -> None:
         self.problems: list[str] = []
+        self.expected_status = expected_status  # statuses the test provokes on purpose
 
     def _optional(self, url: str) -> bool:
         return any(url.split("?")[0].endswith(path) for path in self.OPTIONAL)
+
+    def _expected(self, status: int, url: str) -> bool:
+        return status in self.expected_status or (status == 404 and self._optional(url))
 
     def watch(self, page: Any) -> None:
         page.on("console", self._on_console)
@@ -148,12 +156,15 @@ class PageProblems:
     def _on_console(self, message: Any) -> None:
         if message.type != "error":
             return
-        if "Failed to load resource" in message.text and self._optional(message.location.get("url", "")):
+        url = message.location.get("url", "")
+        if "Failed to load resource" in message.text and (
+            self._optional(url) or any(f"status of {status} " in message.text for status in self.expected_status)
+        ):
             return
         self.problems.append(f"console error: {message.text} at {message.location}")
 
     def _on_response(self, response: Any) -> None:
-        if response.status >= 400 and not (response.status == 404 and self._optional(response.url)):
+        if response.status >= 400 and not self._expected(response.status, response.url):
             self.problems.append(f"HTTP {response.status} for {response.request.method} {response.url}")
 
 
@@ -166,11 +177,11 @@ async def open_page(browser: Any) -> AsyncIterator[PageFactory]:
     contexts: list[Any] = []
     watchers: list[PageProblems] = []
 
-    async def factory(url: str, width: int = 1280, height: int = 860) -> Any:
+    async def factory(url: str, width: int = 1280, height: int = 860, expected_status: tuple[int, ...] = ()) -> Any:
         context = await browser.new_context(viewport={"width": width, "height": height})
         contexts.append(context)
         page = await context.new_page()
-        watcher = PageProblems()
+        watcher = PageProblems(expected_status)
         watcher.watch(page)
         watchers.append(watcher)
         page.set_default_timeout(15_000)

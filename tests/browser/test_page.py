@@ -69,6 +69,33 @@ def turn(page: Page, index: int) -> Any:
     return page.locator("#transcript .turn").nth(index)
 
 
+PHONE_WIDTH = 390
+
+# The page and the two scrolling boxes fit their width: nothing scrolls sideways.
+SIDEWAYS_OVERFLOW = """() => ({
+  page: document.documentElement.scrollWidth,
+  boxes: [...document.querySelectorAll(".transcript, .events")].map((box) => box.scrollWidth - box.clientWidth),
+})"""
+
+
+async def assert_fits_phone_width(page: Page) -> None:
+    widths = await page.evaluate(SIDEWAYS_OVERFLOW)
+    assert widths["page"] <= PHONE_WIDTH and all(extra <= 0 for extra in widths["boxes"]), widths
+
+
+def button(page: Page, name: str) -> Any:
+    return page.get_by_role("button", name=name, exact=True)
+
+
+async def wait_for_level(page: Page, meter_id: str, above: int, timeout: float = 15_000) -> None:
+    """Wait until a level meter (role="meter", 0-100) shows more than `above`."""
+    await page.wait_for_function(
+        "([id, above]) => Number(document.getElementById(id).getAttribute('aria-valuenow')) > above",
+        arg=[meter_id, above],
+        timeout=timeout,
+    )
+
+
 async def screenshot(page: Page, folder: Path, name: str) -> Path:
     path = folder / name
     await page.screenshot(path=str(path), full_page=True)
@@ -241,3 +268,105 @@ async def test_a_refused_camera_says_so(make_server: Any, open_page: PageFactory
     await expect(notice).to_contain_text("Camera or microphone access was refused", timeout=10_000)
     await expect(page.get_by_role("button", name="Connect", exact=True)).to_be_enabled()
     await expect(page.locator("#hud-state")).to_have_text("not connected")
+
+
+async def test_state_and_meters_follow_the_microphone_and_the_talker_at_phone_width(
+    make_server: Any, open_page: PageFactory, artifacts: Path
+) -> None:
+    server = await make_server()
+    page = await open_page(server.url, width=PHONE_WIDTH, height=844)
+    state = page.locator("#talk-state")
+    await expect(state).to_have_attribute("data-state", "off")
+    for name in ("Disconnect", "Ask", "Hold to talk", "Interrupt"):
+        await expect(button(page, name)).to_be_disabled()
+
+    await connect_talk(page)
+    await expect(button(page, "Connect")).to_be_disabled()
+    await expect(state).to_have_attribute("data-state", "listening")
+    await expect(page.locator("#talk-state-text")).to_contain_text("hold")
+    # The fake microphone's tone moves the mic meter, and the page says push-to-talk keeps it from the server.
+    await wait_for_level(page, "mic-level", 20)
+    await expect(page.locator("#mic-state")).to_have_text("muted: hold to talk")
+    await expect(page.locator("#ptt-hint")).to_contain_text("only while you hold the button")
+    await expect(button(page, "Ask")).to_be_disabled()  # no question typed
+    await expect(button(page, "Interrupt")).to_be_disabled()  # nothing to interrupt
+
+    await ask(page, "What colour do you see? " + "x" * 150)  # one long word must wrap, not widen the page
+    await expect(state).to_have_attribute("data-state", "speaking", timeout=20_000)
+    await wait_for_level(page, "talker-level", 20, timeout=5_000)
+    await expect(turn(page, 0)).to_have_attribute("data-state", "speaking")
+    await expect(turn(page, 0).locator(".meta")).to_contain_text("mic muted (push to talk)")
+    await expect(button(page, "Interrupt")).to_be_enabled()
+    await assert_fits_phone_width(page)
+    await screenshot(page, artifacts, "talk-phone-speaking.png")
+
+    # The talker finished: the turn is done, the page listens again and nothing is left to interrupt.
+    await expect(turn(page, 0)).to_have_attribute("data-state", "done", timeout=45_000)
+    await expect(state).to_have_attribute("data-state", "listening", timeout=5_000)
+    await expect(page.locator("#talker-state")).to_have_text("silent")
+    await expect(button(page, "Interrupt")).to_be_disabled()
+    await page.get_by_label("Open mic").check()
+    await expect(page.locator("#mic-state")).to_have_text("sending")
+    await expect(page.locator("#talk-state-text")).to_have_text("Listening (open mic)")
+    await expect(page.locator("#ptt-hint")).to_contain_text("Open mic")
+
+
+async def test_change_prompt_works_only_while_the_engine_generates(
+    make_server: Any, open_page: PageFactory, artifacts: Path
+) -> None:
+    server = await make_server(synthetic_chunk_latency=2.0)  # a wide window between the two chunks
+    page = await open_page(server.url, width=PHONE_WIDTH, height=844)
+    await page.get_by_role("tab", name="Generate").click()
+    change, stop, generate = button(page, "Change prompt"), button(page, "Stop"), button(page, "Generate")
+    await expect(change).to_be_disabled()
+    await expect(stop).to_be_disabled()
+
+    await generate.click()  # the page's own defaults: 66 frames, two chunks of 33
+    await expect(generate).to_be_disabled()
+    await expect(stop).to_be_enabled()
+    await page.get_by_label("New prompt", exact=True).fill("a blue sea")
+    await expect(change).to_be_enabled()
+
+    # The engine has made every frame while they still play: a change has nothing left to apply to.
+    await expect(page.locator("#gen-status")).to_contain_text("All 66 frames generated", timeout=20_000)
+    await expect(change).to_be_disabled()
+    await expect(page.get_by_label("New prompt", exact=True)).to_be_disabled()
+    await expect(page.locator("#gen-change-hint")).to_contain_text("generated every frame")
+    await assert_fits_phone_width(page)
+    await screenshot(page, artifacts, "generate-phone.png")
+
+    await expect(page.locator("#gen-status")).to_contain_text("Done", timeout=30_000)
+    await expect(generate).to_be_enabled(timeout=10_000)
+    await expect(stop).to_be_disabled()
+    await expect(change).to_be_disabled()
+
+
+async def test_an_ice_failure_is_reported_as_one(make_server: Any, open_page: PageFactory) -> None:
+    server = await make_server()
+    page = await open_page(server.url)
+
+    async def wrong_ice_password(route: Any) -> None:
+        # The server's checks still reach Chromium, but none of Chromium's checks can succeed.
+        response = await route.fetch()
+        answer = await response.json()
+        answer["sdp"] = re.sub(r"a=ice-pwd:\S+", "a=ice-pwd:" + "0" * 24, answer["sdp"])
+        await route.fulfill(response=response, json=answer)
+
+    await page.route("**/v1/rtc/offer", wrong_ice_password)
+    await button(page, "Connect").click()
+    notice = page.locator("#talk-notice")
+    await expect(notice).to_contain_text("none of the server's addresses (127.0.0.1:", timeout=30_000)
+    await expect(notice).to_contain_text("ICE")
+    await expect(notice).not_to_contain_text("timed out")
+    await expect(button(page, "Connect")).to_be_enabled()
+
+
+async def test_a_refused_session_shows_the_servers_reason(make_server: Any, open_page: PageFactory) -> None:
+    server = await make_server(auth_token="s3cret")
+    page = await open_page(server.url, expected_status=(401,))
+    await button(page, "Connect").click()
+    notice = page.locator("#talk-notice")
+    await expect(notice).to_contain_text("The server refused the session: missing or wrong bearer token (HTTP 401)")
+    await expect(notice).to_contain_text("Check the access token")
+    await page.get_by_label("Access token").fill("s3cret")
+    await connect_talk(page)
