@@ -21,7 +21,7 @@ from .codec import Refusal, ServerEvent, TypedMessage, UnknownMessage, message_p
 from .validation import describe_validation_error
 
 WEBSOCKET_PATH = "/v1/realtime"
-INPUT_SAMPLE_RATE = 24_000  # audio/pcm, both ways
+PCM_RATE = 24_000  # audio/pcm, in and out
 MAX_ITEM_ID_CHARS = 64
 MAX_CONTENT_PARTS = 32
 MAX_INSTRUCTIONS_CHARS = 64 * 1024
@@ -67,7 +67,7 @@ class Lenient(BaseModel):
 
 class AudioFormat(Lenient):
     type: Literal["audio/pcm"] = "audio/pcm"
-    rate: Literal[24000] = 24000  # INPUT_SAMPLE_RATE
+    rate: Literal[24000] = 24000  # PCM_RATE
 
 
 class TurnDetectionConfig(Lenient):

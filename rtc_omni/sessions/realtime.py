@@ -82,6 +82,11 @@ class _Response:
     speaking: bool = False  # its speech started on the talker track
 
 
+def _input_stream() -> PcmStream:
+    """The client's 24 kHz audio/pcm as the 16 kHz the engines take."""
+    return PcmStream(proto.PCM_RATE, INPUT_SAMPLE_RATE)
+
+
 def _audio_ms(part: Part) -> float:
     """Milliseconds of an output_audio part's 24 kHz PCM16."""
     return len(part.audio) / (TALKER_SAMPLE_RATE * 2 / 1000)
@@ -112,7 +117,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         self.config = proto.SessionConfig().updated(self.initial_config or {})
         self._conversation = Conversation()
         self._audio = AudioBuffer(MAX_AUDIO_BUFFER_BYTES)
-        self._input = PcmStream(proto.INPUT_SAMPLE_RATE, INPUT_SAMPLE_RATE)
+        self._input = _input_stream()
         self._response: _Response | None = None
         self._vad = self._server_vad(self.config.audio.input.turn_detection)
         self._speech_item_id = ""  # the user item the current speech segment will become
@@ -178,7 +183,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
                 self._commit_audio(message)
             case proto.AudioClear():
                 self._audio.clear()
-                self._input = PcmStream(proto.INPUT_SAMPLE_RATE, INPUT_SAMPLE_RATE)
+                self._input = _input_stream()
                 self._emit(proto.AudioCleared())
             case proto.ItemCreate():
                 await self._create_item(message)
@@ -266,7 +271,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
 
     def _commit_audio(self, message: proto.AudioCommit) -> None:
         self._audio.append(self._input.flush())
-        self._input = PcmStream(proto.INPUT_SAMPLE_RATE, INPUT_SAMPLE_RATE)
+        self._input = _input_stream()
         audio = self._audio.take_all()
         if not audio:
             self._error(proto.AUDIO_BUFFER_EMPTY, code="input_audio_buffer_commit_empty", event_id=message.event_id)
@@ -295,7 +300,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         for index, part in enumerate(item_in.content):
             stored = Part(type=part.type, text=part.text, transcript=part.transcript)
             if part.audio is not None and part.type == "input_audio":
-                stored.audio = await asyncio.to_thread(convert, part.audio, proto.INPUT_SAMPLE_RATE, INPUT_SAMPLE_RATE)
+                stored.audio = await asyncio.to_thread(convert, part.audio, proto.PCM_RATE, INPUT_SAMPLE_RATE)
             if part.image_url is not None:
                 try:
                     await asyncio.to_thread(open_image, part.image_url, self.settings.max_image_pixels)
