@@ -223,3 +223,33 @@ async def test_a_whep_player_hears_the_calls_talker(server: RunningServer, call:
         if player.audio is not None:
             await player.audio.stop()
         await player.pc.close()
+
+
+async def test_an_attached_controller_drives_the_call_on_its_own_oai_events_channel(
+    server: RunningServer, call: Call
+) -> None:
+    await call.connect(server, {"type": "realtime"})
+    controller = RTCPeerConnection(rtc_configuration([]))
+    channel = controller.createDataChannel("oai-events")
+    seen: list[dict[str, Any]] = []
+    channel.on("message", lambda message: seen.append(json.loads(message)))
+    try:
+        await controller.setLocalDescription(await controller.createOffer())
+        offer = {"sdp": controller.localDescription.sdp, "type": "offer", "kind": "control", "session_id": call.call_id}
+        status, answer = await http_json(server, "POST", "/v1/rtc/offer", json=offer)
+        assert status == 200, answer
+        await controller.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type="answer"))
+        async with asyncio.timeout(TIMEOUT_S):
+            while channel.readyState != "open":
+                await asyncio.sleep(0.02)
+        mark = len(call.events)
+        channel.send(json.dumps({"type": "response.create", "response": {"output_modalities": ["text"]}}))
+        done = await call.wait("response.done", after=mark)  # the call's own peer sees it too
+        async with asyncio.timeout(TIMEOUT_S):
+            while not any(e["type"] == "response.done" for e in seen):
+                await asyncio.sleep(0.02)
+    finally:
+        await controller.close()
+
+    assert done["response"]["status"] == "completed"
+    assert [e["response"]["id"] for e in seen if e["type"] == "response.done"] == [done["response"]["id"]]
