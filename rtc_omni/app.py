@@ -16,7 +16,7 @@ from .engines import Engines, create_engines
 from .metrics import get_metrics, watch_sessions
 from .sessions.recordings import RecordingStore
 from .sessions.registry import SessionRegistry
-from .signaling import ice, offer, websocket, whep, whip
+from .signaling import client_secrets, ice, offer, realtime_calls, websocket, whep, whip
 from .signaling.auth import bearer_auth
 from .signaling.keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 from .signaling.limits import ConnectionLimit, cors_allow_list, session_rate_limit, text_body
@@ -85,6 +85,8 @@ def create_app(settings: Settings, engines: Engines | None = None) -> web.Applic
     middlewares = []
     if settings.cors_origin:
         middlewares.append(cors_allow_list(settings.cors_origin))
+    keys = client_secrets.EphemeralKeys()
+    middlewares.append(client_secrets.ephemeral_auth(keys))
     if settings.auth_token:
         middlewares.append(bearer_auth(settings.auth_token))
     if settings.session_rate_limit:
@@ -112,6 +114,8 @@ def create_app(settings: Settings, engines: Engines | None = None) -> web.Applic
     whip.add_routes(app)
     whep.add_routes(app)
     websocket.add_routes(app)
+    realtime_calls.add_routes(app)
+    client_secrets.add_routes(app, keys)
     app.router.add_get("/v1/ice-servers", ice.get_ice_servers)
     app.on_shutdown.append(_close_sessions)
     app.on_cleanup.append(_close_engines)

@@ -163,6 +163,11 @@ PATHS = [  # weighted towards the endpoints that take a body
     "/whep/abc/def",
     "/v1/rtc/sessions/abc",
     "/v1/rtc/sessions/abc/recording",
+    "/v1/realtime/calls",
+    "/v1/realtime/calls",
+    "/v1/realtime",
+    "/v1/realtime/client_secrets",
+    "/v1/realtime/calls/abc",
     "/healthz",
 ]
 MEDIA_TYPES = [
@@ -171,6 +176,7 @@ MEDIA_TYPES = [
     "application/trickle-ice-sdpfrag",
     "text/plain",
     "multipart/form-data",
+    "multipart/form-data; boundary=x",
 ]
 CHARSETS = ["", "; charset=utf-8", "; charset=latin-1", "; charset=utf-16", "; charset=bogus"]
 bodies = st.one_of(

@@ -85,14 +85,18 @@ class TurnAnalysis:
     audio_hz: float | None
     query: str
     speech_ms: float | None = None
+    history_items: int = 0
 
     def describe(self) -> str:
         r, g, b = self.mean_rgb
-        parts = [
-            f"I see {self.frame_count} frame{'s' if self.frame_count != 1 else ''} of {self.width}x{self.height}.",
-            f"The newest frame is mostly {self.colour}, mean colour RGB({r}, {g}, {b}).",
-            f"Motion across the frames is {self.motion:.3f}.",
-        ]
+        if self.frame_count == 0:
+            parts = ["I see no image."]
+        else:
+            parts = [
+                f"I see {self.frame_count} frame{'s' if self.frame_count != 1 else ''} of {self.width}x{self.height}.",
+                f"The newest frame is mostly {self.colour}, mean colour RGB({r}, {g}, {b}).",
+                f"Motion across the frames is {self.motion:.3f}.",
+            ]
         if self.audio_seconds == 0:
             parts.append("I heard no audio.")
         elif self.audio_hz is None:
@@ -104,12 +108,15 @@ class TurnAnalysis:
         if self.speech_ms is not None:
             parts.append(f"The speech segment lasted {self.speech_ms / 1000:.2f} seconds.")
         parts.append(f'You asked: "{self.query}".' if self.query else "You asked nothing in text.")
+        if self.history_items:
+            parts.append(f"I was given {self.history_items} earlier conversation items.")
         return " ".join(parts)
 
 
 def analyse(turn: UnderstandTurn) -> TurnAnalysis:
-    newest = turn.frames[-1].rgb
-    mean = newest.reshape(-1, 3).mean(axis=0)
+    """What the answer says; a turn without frames (a realtime text conversation) sees no image."""
+    newest = turn.frames[-1].rgb if turn.frames else np.zeros((0, 0, 3), dtype=np.uint8)
+    mean = newest.reshape(-1, 3).mean(axis=0) if newest.size else np.zeros(3)
     mean_rgb = (int(round(mean[0])), int(round(mean[1])), int(round(mean[2])))
     return TurnAnalysis(
         frame_count=len(turn.frames),
@@ -122,6 +129,7 @@ def analyse(turn: UnderstandTurn) -> TurnAnalysis:
         audio_hz=dominant_frequency(turn.audio_pcm16, INPUT_SAMPLE_RATE),
         query=turn.query,
         speech_ms=turn.speech_ms,
+        history_items=len(turn.history),
     )
 
 

@@ -17,7 +17,6 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
@@ -36,7 +35,6 @@ from ..engines.base import (
     TextDelta,
     TurnFrame,
     UnderstandEngine,
-    UnderstandOutput,
     UnderstandTurn,
 )
 from ..media.echo import EchoReference
@@ -49,6 +47,7 @@ from ..protocol.codec import Refusal
 from ..protocol.validation import error_text
 from .audio_buffer import AudioBuffer
 from .base import Session
+from .engine_stream import stall_bounded
 from .frame_buffer import BufferedFrame, FrameBuffer
 from .inbox import WorkItem
 from .turn_taking import EchoIgnored, ServerVad
@@ -532,20 +531,6 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
 
         return await asyncio.to_thread(decode)
 
-    async def _outputs(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:
-        """The engine's stream, each step bounded by the stall timeout."""
-        stream = self.engine.generate(turn)
-        try:
-            while True:
-                try:
-                    async with asyncio.timeout(self.settings.engine_stall_timeout):
-                        output = await anext(stream)
-                except StopAsyncIteration:
-                    return
-                yield output
-        finally:
-            await stream.aclose()  # type: ignore[attr-defined]
-
     async def _run_turn(
         self, turn: _Turn, frames: list[BufferedFrame], audio: bytes, query: str, speech_ms: float | None
     ) -> None:
@@ -572,7 +557,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             )
             consumed_pending = any(f.has_id for f in frames)
             started = time.monotonic()
-            async for output in self._outputs(engine_turn):
+            async for output in stall_bounded(self.engine, engine_turn, self.settings.engine_stall_timeout):
                 if consumed_pending:
                     consumed_pending = False
                     self._emit(self._frames_consumed(request_id, frames))

@@ -8,12 +8,16 @@ health without any, and the page itself asks the user for the token before it si
 from __future__ import annotations
 
 import hmac
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 OPEN_PATHS = frozenset({"/healthz", "/health", "/"})
 OPEN_PREFIXES = ("/static/",)
+# Set on a request that opens a realtime session with a valid ephemeral key (client_secrets.py):
+# the key's session config. Such a request needs no server token.
+GRANT = web.RequestKey("realtime_grant", dict[str, Any])
 
 
 def bearer_credentials(authorization: str) -> str | None:
@@ -34,6 +38,8 @@ def bearer_auth(token: str) -> Middleware:
     @web.middleware
     async def check_token(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.method == "OPTIONS" or request.path in OPEN_PATHS or request.path.startswith(OPEN_PREFIXES):
+            return await handler(request)
+        if GRANT in request:
             return await handler(request)
         given = bearer_credentials(request.headers.get("Authorization", "")) or ""
         if not hmac.compare_digest(given.encode(), expected):

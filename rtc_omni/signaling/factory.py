@@ -20,12 +20,17 @@ from ..protocol import generate as generate_proto
 from ..protocol import understand as understand_proto
 from ..sessions.base import Session
 from ..sessions.generate import GenerateSession, VideoSink
+from ..sessions.realtime import RealtimeSession
 from ..sessions.recordings import RecordingStore
 from ..sessions.understand import Talker, UnderstandSession
 from .keys import ENGINES, RECORDINGS, SETTINGS
 
 # What a client of a server that does not serve the kind is told (vLLM-Omni's own words).
-NOT_AVAILABLE = {"understand": understand_proto.NOT_AVAILABLE, "generate": generate_proto.NOT_AVAILABLE}
+NOT_AVAILABLE = {
+    "understand": understand_proto.NOT_AVAILABLE,
+    "generate": generate_proto.NOT_AVAILABLE,
+    "realtime": understand_proto.NOT_AVAILABLE,
+}
 
 AnySession = Session[Any, Any]
 
@@ -69,12 +74,25 @@ def create_session(
     publisher: bool = False,
     strict_reference: bool = False,
     on_closed: Callable[[], None] | None = None,
+    realtime_config: dict[str, Any] | None = None,
 ) -> AnySession:
     """A new, not yet started session of `kind`; KindNotServed without an engine for it.
 
     `publisher`: the client publishes media and never configures (WHIP), so an understanding
-    session takes media at once with the default config."""
+    session takes media at once with the default config. `realtime_config`: a realtime session's
+    settings from before it starts (the model it was opened for, an ephemeral key's session, a
+    WebRTC call's `session` part), validated by the caller."""
     engines = services.engines
+    if kind == "realtime" and engines.understand is not None:
+        return RealtimeSession(
+            session_id=session_id,
+            settings=services.settings,
+            engine=engines.understand,
+            send=carrier.send,
+            talker=carrier.talker(),
+            on_closed=on_closed,
+            initial_config=realtime_config,
+        )
     if kind == "understand" and engines.understand is not None:
         session = UnderstandSession(
             session_id=session_id,

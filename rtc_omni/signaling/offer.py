@@ -75,7 +75,11 @@ def refusal(exc: Exception, what: str, error: Callable[..., web.Response] = json
 
 
 async def open_session(
-    app: web.Application, kind: str, sdp: str, ingest_only: bool = False
+    app: web.Application,
+    kind: str,
+    sdp: str,
+    ingest_only: bool = False,
+    realtime_config: dict[str, Any] | None = None,
 ) -> tuple[PeerSession, RTCSessionDescription]:
     """Create a registered session from an offer and answer it.
 
@@ -90,7 +94,9 @@ async def open_session(
     async def forget(_peer: PeerSession) -> None:
         registry.remove(session_id)
 
-    peer = PeerSession(session_id, kind, Services.of(app), on_closed=forget, ingest_only=ingest_only)
+    peer = PeerSession(
+        session_id, kind, Services.of(app), on_closed=forget, ingest_only=ingest_only, realtime_config=realtime_config
+    )
     registry.add(peer)
     async with closed_on_failure(peer):
         answer = await peer.accept(RTCSessionDescription(sdp=sdp, type="offer"))

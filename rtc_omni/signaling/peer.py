@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from aiortc import RTCDataChannel, RTCPeerConnection, RTCRtpTransceiver, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
@@ -42,6 +42,7 @@ from .ice import advertise_public_addresses, configured_ice_servers, rtc_configu
 logger = logging.getLogger(__name__)
 
 CONTROL_LABEL = "control"
+CHANNEL_LABELS = {"realtime": "oai-events"}  # a protocol whose clients name their channel otherwise
 MAX_PENDING_EVENTS = 256  # events emitted before any DataChannel opens; the oldest go first
 MAX_ATTACHED_PEERS = 16  # controllers and viewers per session
 CHANNEL_DRAIN_S = 1.0
@@ -79,7 +80,9 @@ class TooManyPeers(SessionLimitReached):
 
 
 class ControlReceiver(Protocol):
-    """What a `control` DataChannel feeds: either session kind."""
+    """What a `control` DataChannel feeds: a session of any kind."""
+
+    kind: ClassVar[str]
 
     def receive_text(self, raw: str) -> None: ...
 
@@ -189,12 +192,12 @@ class _PeerLink:
         raise NotImplementedError
 
     def _on_datachannel(self, channel: RTCDataChannel) -> None:
-        if channel.label != CONTROL_LABEL or self._has_channel:
+        channels, receiver = self._control()
+        if channel.label != CHANNEL_LABELS.get(receiver.kind, CONTROL_LABEL) or self._has_channel:
             logger.info("%s: closing unexpected DataChannel %r", self.name, channel.label)
             channel.close()
             return
         self._has_channel = True
-        channels, receiver = self._control()
         channels.attach(channel, receiver, self._close_soon)
 
     def _offers(self, kind: str) -> bool:
@@ -235,6 +238,7 @@ class PeerSession(_PeerLink):
         services: Services,
         on_closed: Callable[[PeerSession], Awaitable[None] | None],
         ingest_only: bool = False,
+        realtime_config: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(f"session {session_id}", services.settings)
         self.session_id = session_id
@@ -243,7 +247,13 @@ class PeerSession(_PeerLink):
         self.channels = ControlChannels()
         self.outgoing: TalkerAudioTrack | GeneratedVideoTrack
         self.session = create_session(
-            kind, session_id, services, self, publisher=ingest_only, on_closed=self._close_soon
+            kind,
+            session_id,
+            services,
+            self,
+            publisher=ingest_only,
+            on_closed=self._close_soon,
+            realtime_config=realtime_config,
         )
         self._on_closed = on_closed
         self._last_rtp_at = time.monotonic()

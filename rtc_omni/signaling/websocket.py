@@ -2,7 +2,8 @@
 
 `/v1/video/chat/stream` binds an `UnderstandSession` and `/v1/realtime/video` a `GenerateSession`
 to one WebSocket each, with `strict_reference` set so that they behave as the reference handlers
-do (docs/websocket.md lists every difference from the DataChannel). Text messages go to
+do (docs/websocket.md lists every difference from the DataChannel). `/v1/realtime` binds a
+`RealtimeSession`: the OpenAI Realtime API (docs/realtime.md). Text messages go to
 `receive_text`, events come back as JSON text through a bounded outbox, generated video as fMP4
 binary messages (media/fmp4_sink.py). A WebSocket client is a peer without media tracks: speech
 comes back as `response.audio.delta` WAV events, as upstream (`response.output_audio.delta` with
@@ -22,9 +23,11 @@ from aiohttp import WSMsgType, web
 from ..logs import SESSION_ID
 from ..media.fmp4_sink import Fmp4ChunkSink
 from ..protocol import generate as generate_proto
+from ..protocol import realtime as realtime_proto
 from ..protocol import understand as understand_proto
 from ..sessions.registry import SessionLimitReached, new_session_id
 from ..tasks import TaskSet
+from .client_secrets import opening_config
 from .factory import AnySession, KindNotServed, Services, create_session
 from .keys import REGISTRY, SETTINGS
 
@@ -35,6 +38,7 @@ SEND_TIMEOUT_S = 30.0
 DRAIN_TIMEOUT_S = 2.0
 MESSAGE_SLACK_BYTES = 64 * 1024  # above the protocol's limits, so the session reports the overrun
 START_MESSAGE_LIMIT = 4 * 1024 * 1024
+REALTIME_MESSAGE_LIMIT = 16 * 1024 * 1024  # an input_audio_buffer.append of OpenAI's 15 MiB, or an image item
 
 
 class Outbox:
@@ -181,7 +185,9 @@ def _with_audio_names(send: Callable[[dict[str, Any]], None], prefix: str) -> Ca
     return send_renamed
 
 
-async def _serve(request: web.Request, kind: str, max_msg_size: int) -> web.WebSocketResponse:
+async def _serve(
+    request: web.Request, kind: str, max_msg_size: int, realtime_config: dict[str, Any] | None = None
+) -> web.WebSocketResponse:
     ws = web.WebSocketResponse(max_msg_size=max_msg_size)
     await ws.prepare(request)
     services, registry = Services.of(request.app), request.app[REGISTRY]
@@ -189,7 +195,9 @@ async def _serve(request: web.Request, kind: str, max_msg_size: int) -> web.WebS
     SESSION_ID.set(session_id)
     carrier = WebSocketCarrier(outbox, services.settings.websocket_audio_events)
     try:
-        session = create_session(kind, session_id, services, carrier, strict_reference=True)
+        session = create_session(
+            kind, session_id, services, carrier, strict_reference=True, realtime_config=realtime_config
+        )
     except KindNotServed as exc:
         return await _refuse(ws, str(exc))
     try:
@@ -215,6 +223,12 @@ async def realtime_video(request: web.Request) -> web.WebSocketResponse:
     return await _serve(request, "generate", START_MESSAGE_LIMIT + MESSAGE_SLACK_BYTES)
 
 
+async def realtime_stream(request: web.Request) -> web.WebSocketResponse:
+    """`WS /v1/realtime?model=...`: the OpenAI Realtime API's events, audio as base64 PCM16 24 kHz."""
+    return await _serve(request, "realtime", REALTIME_MESSAGE_LIMIT, realtime_config=opening_config(request))
+
+
 def add_routes(app: web.Application) -> None:
+    app.router.add_get(realtime_proto.WEBSOCKET_PATH, realtime_stream)
     app.router.add_get(understand_proto.WEBSOCKET_PATH, understand_stream)
     app.router.add_get(generate_proto.WEBSOCKET_PATH, realtime_video)

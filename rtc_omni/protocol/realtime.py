@@ -1,0 +1,534 @@
+"""The OpenAI Realtime API's events (GA names, as `openai` 3.51's `openai.types.realtime` has them).
+
+Client events are parsed once, here, into our own models: base64 audio and data-URL images are
+decoded at the boundary, and a malformed event becomes an `InvalidEvent` that the session answers
+in turn with an `error` carrying the client's `event_id`. Server events are `RealtimeEvent`s, each
+with a fresh `event_id`; conversation items and responses travel as plain dicts in OpenAI's shape.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import uuid
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .codec import Refusal, ServerEvent, TypedMessage, UnknownMessage, message_parser
+from .validation import describe_validation_error
+
+WEBSOCKET_PATH = "/v1/realtime"
+PCM_RATE = 24_000  # audio/pcm, in and out
+MAX_ITEM_ID_CHARS = 64
+MAX_CONTENT_PARTS = 32
+MAX_INSTRUCTIONS_CHARS = 64 * 1024
+
+# Error types and codes, as OpenAI names them where it has a name.
+INVALID_REQUEST = "invalid_request_error"
+SERVER_ERROR = "server_error"
+
+INVALID_JSON = "Invalid JSON: the event must be one JSON object"
+NOT_AN_OBJECT = "Invalid event: expected a JSON object with a 'type'"
+BINARY_REFUSAL = Refusal("Binary messages are not supported; send JSON text events")
+MESSAGE_QUEUE_FULL_CODE = "rate_limit_exceeded"
+IDLE_TIMEOUT = "Session closed: no client event within the idle timeout"
+ENGINE_STALLED = "The engine stopped producing output"
+RESPONSE_FAILED = "The response failed"
+ACTIVE_RESPONSE = "Conversation already has an active response in progress"
+NO_ACTIVE_RESPONSE = "Cancellation failed: no active response found"
+AUDIO_BUFFER_EMPTY = "Error committing input audio buffer: the buffer is empty"
+AUDIO_BUFFER_OVERFLOW = "Input audio buffer overflow: the buffered audio was dropped"
+OUTPUT_AUDIO_CLEAR_WEBRTC_ONLY = "output_audio_buffer.clear is for WebRTC calls; over WebSocket send response.cancel"
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:20]}"
+
+
+def item_not_found(item_id: str) -> str:
+    return f"Item with item_id '{item_id}' not found in the conversation"
+
+
+def unknown_event(msg_type: Any) -> str:
+    return f"Invalid value: {msg_type!r}. Supported values are the client events listed in docs/realtime.md"
+
+
+# ----------------------------------------------------------------------------- session config
+
+
+class Lenient(BaseModel):
+    """A config object: fields we honour are typed, the rest are kept and echoed back unchanged."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class AudioFormat(Lenient):
+    type: Literal["audio/pcm"] = "audio/pcm"
+    rate: Literal[24000] = 24000  # PCM_RATE
+
+
+class TurnDetectionConfig(Lenient):
+    """Server VAD with OpenAI's names and defaults; `semantic_vad` runs the same VAD, its silence
+    taken from `eagerness` (SEMANTIC_SILENCE_MS)."""
+
+    type: Literal["server_vad", "semantic_vad"]
+    threshold: float = Field(0.5, ge=0.0, le=1.0)
+    prefix_padding_ms: int = Field(300, ge=0, le=5000)
+    silence_duration_ms: int = Field(500, ge=100, le=10_000)
+    create_response: bool = True
+    interrupt_response: bool = True
+    eagerness: Literal["low", "medium", "high", "auto"] = "auto"
+
+    @property
+    def silence_ms(self) -> int:
+        return self.silence_duration_ms if self.type == "server_vad" else SEMANTIC_SILENCE_MS[self.eagerness]
+
+
+SEMANTIC_SILENCE_MS = {"low": 1000, "medium": 600, "auto": 600, "high": 350}
+
+
+class AudioInputConfig(Lenient):
+    format: AudioFormat = Field(default_factory=AudioFormat)
+    turn_detection: TurnDetectionConfig | None = None
+    transcription: dict[str, Any] | None = None
+
+
+class AudioOutputConfig(Lenient):
+    format: AudioFormat = Field(default_factory=AudioFormat)
+    voice: str | None = None
+
+
+class AudioConfig(Lenient):
+    input: AudioInputConfig = Field(default_factory=AudioInputConfig)
+    output: AudioOutputConfig = Field(default_factory=AudioOutputConfig)
+
+
+Modality = Literal["text", "audio"]
+Modalities = Annotated[list[Modality], Field(min_length=1, max_length=1)]
+
+
+def _audio_only() -> list[Modality]:
+    return ["audio"]
+
+
+class SessionConfig(Lenient):
+    """The realtime session as `session.created` / `session.updated` report it."""
+
+    type: Literal["realtime"] = "realtime"
+    model: str | None = None
+    instructions: str = Field("", max_length=MAX_INSTRUCTIONS_CHARS)
+    output_modalities: Modalities = Field(default_factory=_audio_only)
+    audio: AudioConfig = Field(default_factory=AudioConfig)
+
+    def updated(self, changes: dict[str, Any]) -> SessionConfig:
+        """This config with `changes` merged in (objects merge key by key); ValidationError if invalid."""
+        return SessionConfig.model_validate(_merge(self.model_dump(mode="json"), changes))
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"object": "realtime.session", **self.model_dump(mode="json")}
+
+
+def _merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+# ----------------------------------------------------------------------------- conversation items
+
+_DATA_URL = re.compile(r"data:image/(png|jpeg|jpg|webp);base64,(.*)", re.DOTALL)
+
+
+def _b64(value: str) -> bytes:
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError("not valid base64") from exc
+
+
+class ContentPart(BaseModel):
+    """One part of a message item; `audio` and `image_url` arrive decoded to bytes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["input_text", "input_audio", "input_image", "output_text", "output_audio"]
+    text: str | None = None
+    audio: bytes | None = None  # PCM16 mono 24 kHz
+    transcript: str | None = None
+    image_url: bytes | None = None  # the image file the data URL held
+    detail: Literal["auto", "low", "high"] | None = None
+
+    @field_validator("audio", mode="before")
+    @classmethod
+    def _audio(cls, value: Any) -> Any:
+        return _b64(value) if isinstance(value, str) else value
+
+    @field_validator("image_url", mode="before")
+    @classmethod
+    def _image(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        match = _DATA_URL.fullmatch(value)
+        if match is None:
+            raise ValueError("image_url must be a data URL (data:image/png;base64,... or image/jpeg)")
+        return _b64(match.group(2))
+
+    @model_validator(mode="after")
+    def _filled(self) -> ContentPart:
+        needed = {"input_text": "text", "output_text": "text", "input_audio": "audio", "input_image": "image_url"}
+        field = needed.get(self.type)
+        if field is not None and getattr(self, field) is None:
+            raise ValueError(f"a {self.type} part needs '{field}'")
+        if self.type == "output_audio" and self.transcript is None:
+            raise ValueError("an output_audio part needs 'transcript' (its audio is not kept)")
+        return self
+
+
+_PARTS_BY_ROLE = {
+    "user": {"input_text", "input_audio", "input_image"},
+    "system": {"input_text"},
+    "assistant": {"output_text", "output_audio"},
+}
+
+
+class ItemIn(BaseModel):
+    """A message item the client creates."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["message"]
+    role: Literal["user", "assistant", "system"]
+    content: list[ContentPart] = Field(min_length=1, max_length=MAX_CONTENT_PARTS)
+    id: str | None = Field(None, min_length=1, max_length=MAX_ITEM_ID_CHARS)
+    object: Literal["realtime.item"] | None = None
+    status: Literal["completed", "incomplete", "in_progress"] | None = None
+
+    @model_validator(mode="after")
+    def _parts_fit_role(self) -> ItemIn:
+        wrong = [p.type for p in self.content if p.type not in _PARTS_BY_ROLE[self.role]]
+        if wrong:
+            raise ValueError(f"a {self.role} message cannot hold {', '.join(wrong)} parts")
+        return self
+
+
+# ----------------------------------------------------------------------------- client events
+
+
+class ClientEvent(TypedMessage):
+    model_config = ConfigDict(extra="forbid")
+
+    event_id: str | None = Field(None, max_length=512)
+
+
+class SessionUpdate(ClientEvent):
+    type: Literal["session.update"]
+    session: dict[str, Any]
+
+
+class AudioAppend(ClientEvent):
+    type: Literal["input_audio_buffer.append"]
+    audio: bytes  # PCM16 mono 24 kHz
+
+    @field_validator("audio", mode="before")
+    @classmethod
+    def _audio(cls, value: Any) -> Any:
+        return _b64(value) if isinstance(value, str) else value
+
+    @field_validator("audio")
+    @classmethod
+    def _whole_samples(cls, value: bytes) -> bytes:
+        if len(value) % 2:
+            raise ValueError("PCM16 audio must hold whole 2-byte samples")
+        return value
+
+
+class AudioCommit(ClientEvent):
+    type: Literal["input_audio_buffer.commit"]
+
+
+class AudioClear(ClientEvent):
+    type: Literal["input_audio_buffer.clear"]
+
+
+class ItemCreate(ClientEvent):
+    type: Literal["conversation.item.create"]
+    item: ItemIn
+    previous_item_id: str | None = None
+
+
+class ItemRetrieve(ClientEvent):
+    type: Literal["conversation.item.retrieve"]
+    item_id: str
+
+
+class ItemDelete(ClientEvent):
+    type: Literal["conversation.item.delete"]
+    item_id: str
+
+
+class ItemTruncate(ClientEvent):
+    type: Literal["conversation.item.truncate"]
+    item_id: str
+    content_index: int = Field(ge=0)
+    audio_end_ms: int = Field(ge=0)
+
+
+class ResponseParams(Lenient):
+    instructions: str | None = Field(None, max_length=MAX_INSTRUCTIONS_CHARS)
+    output_modalities: Modalities | None = None
+
+
+class ResponseCreate(ClientEvent):
+    type: Literal["response.create"]
+    response: ResponseParams = Field(default_factory=ResponseParams)
+
+
+class ResponseCancel(ClientEvent):
+    type: Literal["response.cancel"]
+    response_id: str | None = None
+
+
+class OutputAudioClear(ClientEvent):
+    """WebRTC: drop the speech not yet played (the response, if any, is cancelled)."""
+
+    type: Literal["output_audio_buffer.clear"]
+
+
+class InvalidEvent(TypedMessage):
+    """A client event that did not parse: answered in turn with an `error`."""
+
+    type: Any = None
+    event_id: str | None = None
+    message: str
+    param: str | None = None
+
+
+ClientMessage = (
+    SessionUpdate
+    | AudioAppend
+    | AudioCommit
+    | AudioClear
+    | ItemCreate
+    | ItemRetrieve
+    | ItemDelete
+    | ItemTruncate
+    | ResponseCreate
+    | ResponseCancel
+    | OutputAudioClear
+    | UnknownMessage
+)
+_PARSER = message_parser(ClientMessage)
+
+
+def decode(raw: str) -> ClientMessage | InvalidEvent | Refusal:
+    """One client event, typed; an `InvalidEvent` naming its first problem; or a `Refusal` when it is
+    not a JSON object at all."""
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, RecursionError):
+        return Refusal(INVALID_JSON)
+    if not isinstance(value, dict):
+        return Refusal(NOT_AN_OBJECT)
+    event_id = value.get("event_id")
+    event_id = event_id if isinstance(event_id, str) else None
+    try:
+        message = _PARSER.validate_python(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(part) for part in first["loc"][1:]) or None  # [0] is the union's tag
+        tag = f"{value.get('type')}."
+        text = describe_validation_error(exc, lambda field: field.removeprefix(tag))
+        return InvalidEvent(type=value.get("type"), event_id=event_id, message=text, param=param)
+    if isinstance(message, UnknownMessage):
+        return InvalidEvent(type=message.type, event_id=event_id, message=unknown_event(message.type), param="type")
+    return message  # type: ignore[no-any-return]
+
+
+# ----------------------------------------------------------------------------- server events
+
+
+class RealtimeEvent(ServerEvent):
+    """A server event: every field goes out (OpenAI sends nulls), with a fresh `event_id`."""
+
+    event_id: str = Field(default_factory=lambda: new_id("event"))
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": self.type, **self.model_dump(mode="json")}
+
+
+class ErrorDetail(BaseModel):
+    type: str
+    code: str | None = None
+    message: str
+    param: str | None = None
+    event_id: str | None = None
+
+
+class ErrorEvent(RealtimeEvent):
+    type: ClassVar[str] = "error"
+    error: ErrorDetail
+
+    @property
+    def error_message(self) -> str:
+        return self.error.message
+
+
+class SessionCreated(RealtimeEvent):
+    type: ClassVar[str] = "session.created"
+    session: dict[str, Any]
+
+
+class SessionUpdated(RealtimeEvent):
+    type: ClassVar[str] = "session.updated"
+    session: dict[str, Any]
+
+
+class AudioCommitted(RealtimeEvent):
+    type: ClassVar[str] = "input_audio_buffer.committed"
+    item_id: str
+    previous_item_id: str | None
+
+
+class SpeechStarted(RealtimeEvent):
+    type: ClassVar[str] = "input_audio_buffer.speech_started"
+    audio_start_ms: int
+    item_id: str
+
+
+class SpeechStopped(RealtimeEvent):
+    type: ClassVar[str] = "input_audio_buffer.speech_stopped"
+    audio_end_ms: int
+    item_id: str
+
+
+class AudioCleared(RealtimeEvent):
+    type: ClassVar[str] = "input_audio_buffer.cleared"
+
+
+class ItemAdded(RealtimeEvent):
+    type: ClassVar[str] = "conversation.item.added"
+    item: dict[str, Any]
+    previous_item_id: str | None
+
+
+class ItemDone(RealtimeEvent):
+    type: ClassVar[str] = "conversation.item.done"
+    item: dict[str, Any]
+    previous_item_id: str | None
+
+
+class ItemRetrieved(RealtimeEvent):
+    type: ClassVar[str] = "conversation.item.retrieved"
+    item: dict[str, Any]
+
+
+class ItemDeleted(RealtimeEvent):
+    type: ClassVar[str] = "conversation.item.deleted"
+    item_id: str
+
+
+class ItemTruncated(RealtimeEvent):
+    type: ClassVar[str] = "conversation.item.truncated"
+    item_id: str
+    content_index: int
+    audio_end_ms: int
+
+
+class ResponseCreated(RealtimeEvent):
+    type: ClassVar[str] = "response.created"
+    response: dict[str, Any]
+
+
+class ResponseDone(RealtimeEvent):
+    type: ClassVar[str] = "response.done"
+    response: dict[str, Any]
+
+
+class OutputItemAdded(RealtimeEvent):
+    type: ClassVar[str] = "response.output_item.added"
+    response_id: str
+    output_index: int
+    item: dict[str, Any]
+
+
+class OutputItemDone(RealtimeEvent):
+    type: ClassVar[str] = "response.output_item.done"
+    response_id: str
+    output_index: int
+    item: dict[str, Any]
+
+
+class OutputAudioStarted(RealtimeEvent):
+    """WebRTC: the response's speech started on the audio track."""
+
+    type: ClassVar[str] = "output_audio_buffer.started"
+    response_id: str
+
+
+class OutputAudioStopped(RealtimeEvent):
+    """WebRTC: the response's speech has played out."""
+
+    type: ClassVar[str] = "output_audio_buffer.stopped"
+    response_id: str
+
+
+class OutputAudioCleared(RealtimeEvent):
+    """WebRTC: the response's unplayed speech was dropped (a cancel or a barge-in)."""
+
+    type: ClassVar[str] = "output_audio_buffer.cleared"
+    response_id: str
+
+
+class PartEvent(RealtimeEvent):
+    """Fields every event about one content part of the response's output item carries."""
+
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+
+
+class ContentPartAdded(PartEvent):
+    type: ClassVar[str] = "response.content_part.added"
+    part: dict[str, Any]
+
+
+class ContentPartDone(PartEvent):
+    type: ClassVar[str] = "response.content_part.done"
+    part: dict[str, Any]
+
+
+class TextDelta(PartEvent):
+    type: ClassVar[str] = "response.output_text.delta"
+    delta: str
+
+
+class TextDone(PartEvent):
+    type: ClassVar[str] = "response.output_text.done"
+    text: str
+
+
+class AudioDelta(PartEvent):
+    type: ClassVar[str] = "response.output_audio.delta"
+    delta: str  # base64 PCM16 24 kHz mono
+
+
+class AudioDone(PartEvent):
+    type: ClassVar[str] = "response.output_audio.done"
+
+
+class TranscriptDelta(PartEvent):
+    type: ClassVar[str] = "response.output_audio_transcript.delta"
+    delta: str
+
+
+class TranscriptDone(PartEvent):
+    type: ClassVar[str] = "response.output_audio_transcript.done"
+    transcript: str
