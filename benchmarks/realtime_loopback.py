@@ -26,9 +26,10 @@ from typing import Any
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from openai import AsyncOpenAI
 
+from rtc_omni import patches
 from rtc_omni.bench.common import silent_from, start_server, stop, summary
 from rtc_omni.client.media import AudioRecorder, ToneAudioTrack, speech48
-from rtc_omni.signaling.ice import rtc_configuration, set_host_addresses
+from rtc_omni.signaling.ice import rtc_configuration
 
 TIMEOUT_S = 30.0
 QUESTION = {
@@ -83,7 +84,7 @@ async def vad_to_response(url: str, trials: int) -> list[float]:
 
 
 async def cancel_to_silence(url: str, trials: int) -> list[float]:
-    set_host_addresses(["127.0.0.1"])
+    patches.apply()  # the peer gathers on 127.0.0.1 only
     client = AsyncOpenAI(base_url=url + "/v1", api_key="unused")
     latencies = [await one_cancel(client) for _ in range(trials)]
     await client.close()

@@ -45,7 +45,7 @@ MEDIA_FIXTURES = {"make_client", "coturn", "browser", "served"}
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if MEDIA_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        if MEDIA_FIXTURES.intersection(getattr(item, "fixturenames", ())) or item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.media)
 
 

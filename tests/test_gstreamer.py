@@ -24,6 +24,8 @@ from .test_lifecycle import server_tasks, wait_until
 from .test_whip_ffmpeg import ask_about_colour_and_tone
 from .tools import require_loopback_namespace, unavailable
 
+pytestmark = pytest.mark.media  # GStreamer peers over real WebRTC
+
 SYSTEM_PYTHON = "/usr/bin/python3"
 SCRIPT = Path(__file__).resolve().parent / "gst_webrtc_peer.py"
 INSTALL = (

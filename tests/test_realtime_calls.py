@@ -17,10 +17,12 @@ from openai.types.realtime import RealtimeServerEvent
 from pydantic import TypeAdapter
 
 from rtc_omni.client.media import COLOURS, AudioRecorder, ColourVideoTrack, ToneAudioTrack
-from rtc_omni.signaling.ice import rtc_configuration, set_host_addresses
+from rtc_omni.signaling.ice import rtc_configuration
 
 from .conftest import RunningServer, ServerFactory, http_json
 from .test_whep import WhepPlayer
+
+pytestmark = pytest.mark.media  # real aiortc peers and the talker
 
 SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
 TIMEOUT_S = 20.0
@@ -30,7 +32,6 @@ class Call:
     """An aiortc peer speaking the OpenAI WebRTC flow; every event is validated as the SDK's type."""
 
     def __init__(self) -> None:
-        set_host_addresses(["127.0.0.1"])
         self.pc = RTCPeerConnection(rtc_configuration([]))
         self.channel = self.pc.createDataChannel("oai-events")
         self.pc.addTrack(ToneAudioTrack(440.0))  # sendrecv: the microphone out, the talker back

@@ -44,11 +44,17 @@ class TalkerAudioTrack(MediaStreamTrack):
         self._start: float | None = None
         self._timestamp = 0
         self.frames_sent = 0
+        self.voiced_frames_sent = 0  # frames that carried the engine's audio, not padding silence
         self.echo = EchoReference()
 
     @staticmethod
     def _new_resampler() -> av.AudioResampler:
         return av.AudioResampler(format="s16", layout="mono", rate=SAMPLE_RATE)
+
+    @property
+    def speaking(self) -> bool:
+        """Engine audio is waiting to be sent."""
+        return bool(self._buffer)
 
     @property
     def buffered_ms(self) -> float:
@@ -106,6 +112,7 @@ class TalkerAudioTrack(MediaStreamTrack):
         chunk = bytes(self._buffer[:_FRAME_BYTES])
         del self._buffer[:_FRAME_BYTES]
         if chunk:
+            self.voiced_frames_sent += 1
             if len(self._buffer) < self.max_buffer_bytes:
                 self._space.set()
             if not self._buffer:
