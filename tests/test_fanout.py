@@ -18,7 +18,8 @@ from aiortc.rtp import RTCP_PSFB_PLI, RtcpPsfbPacket
 from rtc_omni import metrics
 from rtc_omni.media import fanout
 from rtc_omni.media.fanout import TrackFanout
-from rtc_omni.media.shared_encode import KEYFRAME_INTERVAL_S, SharedEncoder, forward_keyframe_requests
+from rtc_omni.media.shared_encode import KEYFRAME_INTERVAL_S, SharedEncoder
+from rtc_omni.patches.keyframes import forward_keyframe_requests
 
 FPS = 24
 
@@ -91,7 +92,7 @@ async def test_a_viewers_picture_loss_report_makes_the_next_shared_frame_a_keyfr
     viewer = encoder.subscribe()
     # A real aiortc sender, as AttachedPeer builds it; only its RTCP handling runs here.
     sender = RTCRtpSender(viewer, SimpleNamespace(state="new"))  # type: ignore[arg-type]
-    forward_keyframe_requests(sender, viewer)
+    forward_keyframe_requests(sender, viewer.request_keyframe)
     packets: list[av.Packet] = []
     async with asyncio.timeout(10):
         while len(packets) < 6:

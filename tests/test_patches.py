@@ -119,3 +119,10 @@ async def test_aiortc_sctp_receiver_state_the_bound_reads() -> None:
     assert transport._sack_misordered == set() and transport._advertised_rwnd == 1024 * 1024
     assert "self._mark_received(chunk.tsn)" in inspect.getsource(sctp.AIORTC_RECEIVE_DATA_CHUNK)
     assert hasattr(DataChunk(), "user_data") and hasattr(DataChunk(), "tsn")
+
+
+def test_aiortc_sender_answers_keyframe_requests_through_send_keyframe() -> None:
+    """patches/keyframes.py replaces this method; tests/test_fanout.py drives a real PLI through it."""
+    assert callable(getattr(RTCRtpSender, "_send_keyframe", None))
+    source = inspect.getsource(RTCRtpSender._handle_rtcp_packet)
+    assert "self._send_keyframe()" in source

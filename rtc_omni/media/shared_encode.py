@@ -5,7 +5,7 @@ once, encodes each frame once for one codec with PyAV, and hands every subscribe
 `av.Packet`; aiortc's sender only packetizes a packet (interop.md 1.2). Video gets a keyframe every
 KEYFRAME_INTERVAL_S of media time, and a subscriber (new, or one that fell too far behind) starts
 at the next keyframe. aiortc's sender cannot pass a viewer's keyframe request (PLI, FIR) on to a
-pre-encoded source, so `forward_keyframe_requests` does: the next frame is encoded as a keyframe
+pre-encoded source, so patches/keyframes.py passes them on: the next frame is encoded as a keyframe
 for every viewer, at most once per MIN_KEYFRAME_GAP_S. Lost packets are resent by aiortc itself
 (NACK, with RTX when negotiated) from its history of sent packets.
 """
@@ -18,7 +18,6 @@ from collections import deque
 from collections.abc import Callable
 
 import av
-from aiortc import RTCRtpSender
 from aiortc.codecs.h264 import DEFAULT_BITRATE as H264_BITRATE
 from aiortc.codecs.vpx import DEFAULT_BITRATE as VP8_BITRATE
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
@@ -198,13 +197,3 @@ class SharedEncoder:
         for resampled in self._resampler.resample(frame):
             packets += self._audio.encode(resampled)
         return packets
-
-
-def forward_keyframe_requests(sender: RTCRtpSender, track: EncodedTrack) -> None:
-    """Pass the keyframe requests (PLI, FIR) that `sender` receives on to the shared encoder.
-
-    aiortc's sender records a request for its own encoder (`_send_keyframe`), which a sender of
-    pre-encoded packets never uses; replacing that one method on this sender is the smallest hook.
-    tests/test_units.py checks that a PLI still reaches it.
-    """
-    sender._send_keyframe = track.request_keyframe  # type: ignore[method-assign]

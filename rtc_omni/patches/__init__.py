@@ -10,6 +10,7 @@ tests/test_patches.py fails loudly when an aiortc or aioice release changes any 
 | sctp.py | aiortc | SCTP out-of-order state bounded, receive window enforced |
 | jitter.py | aiortc | a video frame released on its RTP marker bit (per receiver) |
 | codecs.py | aiortc | read a transceiver's negotiated codecs (no public getter) |
+| keyframes.py | aiortc | a viewer's PLI/FIR reaches the shared encoder (per sender) |
 
 `apply()` runs at start-up: in `create_app` (the server), at the CLI's client and bench entry,
 and in the tests' conftest. Never from a constructor: the ICE policy is process-wide.

@@ -26,13 +26,14 @@ from aiortc.sdp import SessionDescription
 from ..config import Settings
 from ..media.fanout import TrackFanout
 from ..media.ingest import discard, start_ingest
-from ..media.shared_encode import SHARED_CODECS, EncodedTrack, SharedEncoder, forward_keyframe_requests
+from ..media.shared_encode import SHARED_CODECS, EncodedTrack, SharedEncoder
 from ..media.talker import TalkerAudioTrack
 from ..media.video_out import GeneratedVideoTrack
 from ..metrics import DATACHANNEL_OVERFLOWS
 from ..patches.codecs import negotiated_codecs
 from ..patches.ice import keep_consent_while
 from ..patches.jitter import release_frames_when_complete
+from ..patches.keyframes import forward_keyframe_requests
 from ..sessions.registry import SessionLimitReached, new_session_id
 from ..tasks import TaskSet
 from .dtls import passive_when_offered_actpass
@@ -443,7 +444,7 @@ class AttachedPeer(_PeerLink):
         transceiver = next((t for t in self.pc.getTransceivers() if t.kind == kind), None)
         if self.owner.has_outgoing and transceiver is not None:
             self._track = self.owner.subscribe_encoded(_negotiated_mime_type(transceiver))
-            forward_keyframe_requests(self.pc.addTrack(self._track), self._track)
+            forward_keyframe_requests(self.pc.addTrack(self._track), self._track.request_keyframe)
         return await self._answer()
 
     def _control(self) -> tuple[ControlChannels, ControlReceiver]:
