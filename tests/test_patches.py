@@ -126,3 +126,23 @@ def test_aiortc_sender_answers_keyframe_requests_through_send_keyframe() -> None
     assert callable(getattr(RTCRtpSender, "_send_keyframe", None))
     source = inspect.getsource(RTCRtpSender._handle_rtcp_packet)
     assert "self._send_keyframe()" in source
+
+
+def test_marker_jitter_buffer_releases_a_complete_frame_at_once() -> None:
+    from aiortc.rtp import RtpPacket
+
+    from rtc_omni.patches.jitter import MarkerJitterBuffer
+
+    def packet(seq: int, ts: int, marker: bool, data: bytes) -> RtpPacket:
+        p = RtpPacket(sequence_number=seq, timestamp=ts, marker=marker)
+        p._data = data  # type: ignore[attr-defined]
+        return p
+
+    buffer = MarkerJitterBuffer()
+    assert buffer.add(packet(10, 3000, False, b"a"))[1] is None  # frame not complete yet
+    frame = buffer.add(packet(11, 3000, True, b"b"))[1]
+    assert frame is not None and frame.data == b"ab" and frame.timestamp == 3000
+    # no marker bit: aiortc's rule, released when the next frame begins
+    assert buffer.add(packet(12, 6000, False, b"c"))[1] is None
+    frame = buffer.add(packet(13, 9000, False, b"d"))[1]
+    assert frame is not None and frame.data == b"c"
