@@ -19,6 +19,7 @@ there. A browser does none of this; the assertions allow for it at the head (REC
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -29,6 +30,13 @@ from .lossy_probe import FRAMES, measure
 pytestmark = pytest.mark.slow
 
 RECEIVER_HEAD = 12  # a PLI's keyframe within 0.5 s at 24 fps
+
+
+def names_red_and_the_tone(answer: str) -> bool:
+    """The answer names the camera's red and the microphone's 440 Hz (lost packets shift the estimate
+    a few hertz, as they shorten what was heard)."""
+    hz = re.search(r"dominant frequency about (\d+) Hz", answer)
+    return "mostly red" in answer and hz is not None and 430 <= int(hz.group(1)) <= 450
 
 
 def assert_whole_and_in_order(video: dict[str, Any]) -> None:
@@ -44,7 +52,7 @@ def test_two_percent_random_loss_loses_no_frame_and_keeps_the_talker_heard() -> 
     for watcher in ("creator", "whep_viewer"):
         assert_whole_and_in_order(figures["generation"][watcher])
     turn = figures["understanding"]
-    assert "mostly red" in turn["answer"] and "440 Hz" in turn["answer"] and not turn["errors"], turn
+    assert names_red_and_the_tone(turn["answer"]) and not turn["errors"], turn
     assert turn["talker_heard_s"] >= 0.75 * turn["talker_spoken_s"] > 0, turn
 
 
@@ -57,5 +65,5 @@ def test_video_recovers_within_a_second_of_an_outage_and_the_turn_still_answers(
         assert_whole_and_in_order(video)
         assert len(video["recovered_after_s"]) == 2 and max(video["recovered_after_s"]) <= 1.0, video
     turn = figures["understanding"]
-    assert "mostly red" in turn["answer"] and "440 Hz" in turn["answer"] and not turn["errors"], turn
+    assert names_red_and_the_tone(turn["answer"]) and not turn["errors"], turn
     assert turn["talker_heard_s"] >= 0.75 * (turn["talker_spoken_s"] - outage_s) > 0, turn
