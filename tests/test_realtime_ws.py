@@ -11,7 +11,6 @@ import base64
 import io
 import json
 import re
-import shutil
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -329,7 +328,7 @@ async def append_audio(rt: Realtime, pcm: bytes) -> None:
         )
 
 
-@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng (.ci/run installs it)")
+@pytest.mark.usefixtures("espeak_ng")  # skips without espeak-ng, fails under CI
 async def test_server_vad_commits_each_utterance_and_answers_it(realtime: Realtime) -> None:
     await realtime.send(
         {"type": "session.update", "session": {"audio": {"input": {"turn_detection": {"type": "server_vad"}}}}}
@@ -355,7 +354,7 @@ async def test_server_vad_commits_each_utterance_and_answers_it(realtime: Realti
     assert heard is not None and abs(float(heard.group(1)) - (len(speech) / 48_000 + 0.3)) <= 0.2  # + prefix padding
 
 
-@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng (.ci/run installs it)")
+@pytest.mark.usefixtures("espeak_ng")  # skips without espeak-ng, fails under CI
 async def test_speaking_over_the_answer_cancels_it_as_turn_detected(make_server: ServerFactory) -> None:
     server = await make_server(synthetic_ttft=30.0)
     async with connect(server) as rt:
