@@ -30,6 +30,7 @@ import aiohttp
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
+from rtc_omni import patches
 from rtc_omni.bench.common import server
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
 from rtc_omni.client.peer import GenerateClient, UnderstandClient
@@ -136,6 +137,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10.0, help="how long to soak")
     parser.add_argument("--sample-every", type=float, default=30.0, help="seconds between /metrics samples")
     args = parser.parse_args()
+    patches.apply()  # the headless peers gather on 127.0.0.1 only
     with server(["--idle-timeout", "30"]) as (_, url):
         print(f"{'t (s)':>8} {'rounds':>7} {'RSS MiB':>9} {'fds':>6} {'tasks':>6} {'sessions':>9}")
         samples = asyncio.run(soak(url, args.minutes, args.sample_every))
