@@ -242,46 +242,39 @@ async def hostile_upstream(path: str, reply: str) -> tuple[TestServer, str]:
     return server, str(server.make_url("")).rstrip("/").replace("http://", "ws://")
 
 
-async def test_a_hostile_upstreams_oversized_messages_fail_the_request_not_the_gateway() -> None:
-    huge_delta = json.dumps({"type": "response.text.delta", "delta": "x" * 8_000_000})
-    upstream, url = await hostile_upstream(understand_proto.WEBSOCKET_PATH, huge_delta)
+async def engine_error_from(path: str, reply: str, request: UnderstandTurn | GenerateRequest, match: str) -> None:
+    """Run `request` through a gateway whose one upstream answers `reply`: it must fail with `match`."""
+    upstream, url = await hostile_upstream(path, reply)
     settings = Settings(**{**FAST_SETTINGS, "engine": "remote", "upstream": [url], "upstream_health_interval": 0})
     engines = await create_engines(settings)
     assert engines.understand is not None and engines.generate is not None
+    try:
+        with pytest.raises(EngineError, match=match):
+            if isinstance(request, UnderstandTurn):
+                async for _output in engines.understand.generate(request):
+                    pass
+            else:
+                async for _chunk in engines.generate.generate(request):
+                    pass
+    finally:
+        await engines.close()
+        await upstream.close()
+
+
+async def test_a_hostile_upstreams_oversized_messages_fail_the_request_not_the_gateway() -> None:
     frame = TurnFrame(rgb=np.zeros((48, 64, 3), np.uint8), frame_id=None, pts_ms=None)
     turn = UnderstandTurn(request_id="t", frames=[frame], audio_pcm16=b"", query="hi")
-    try:
-        with pytest.raises(EngineError, match=f"over {4 * 1024 * 1024} bytes"):
-            async for _output in engines.understand.generate(turn):
-                pass
-    finally:
-        await engines.close()
-        await upstream.close()
+    huge_delta = json.dumps({"type": "response.text.delta", "delta": "x" * 8_000_000})
+    await engine_error_from(understand_proto.WEBSOCKET_PATH, huge_delta, turn, f"over {4 * 1024 * 1024} bytes")
 
     long_answer = json.dumps({"type": "response.text.delta", "delta": "x" * 3_000_000})
-    upstream, url = await hostile_upstream(understand_proto.WEBSOCKET_PATH, long_answer)
-    engines = await create_engines(settings.model_copy(update={"upstream": [url]}))
-    assert engines.understand is not None
-    try:
-        with pytest.raises(EngineError, match=f"answered over {1024 * 1024} characters"):
-            async for _output in engines.understand.generate(turn):
-                pass
-    finally:
-        await engines.close()
-        await upstream.close()
+    await engine_error_from(
+        understand_proto.WEBSOCKET_PATH, long_answer, turn, f"answered over {1024 * 1024} characters"
+    )
 
     big_event = json.dumps({"type": "video.chunk_metadata", "padding": "x" * 2_000_000})
-    upstream, url = await hostile_upstream(generate_proto.WEBSOCKET_PATH, big_event)
-    engines = await create_engines(settings.model_copy(update={"upstream": [url]}))
-    assert engines.generate is not None
     request = GenerateRequest(request_id="g", prompt="x", width=64, height=48, num_frames=4, fps=8)
-    try:
-        with pytest.raises(EngineError, match=f"event \\(at most {1024 * 1024}\\)"):
-            async for _chunk in engines.generate.generate(request):
-                pass
-    finally:
-        await engines.close()
-        await upstream.close()
+    await engine_error_from(generate_proto.WEBSOCKET_PATH, big_event, request, f"event \\(at most {1024 * 1024}\\)")
 
 
 async def test_a_recording_over_its_byte_cap_is_reported_and_the_generation_goes_on(
