@@ -61,7 +61,9 @@ async def test_answer_follows_the_camera_when_it_changes(server: RunningServer, 
 async def test_interrupt_cancels_the_turn_and_silences_the_talker(
     make_server: ServerFactory, make_client: ClientFactory
 ) -> None:
-    server = await make_server(synthetic_ttft=1.0, synthetic_audio_speed=4.0, spoken_sentences=1)
+    # Speech made in real time (two sentences, ~2.6 s), as a streaming talker does: the engine request
+    # is still running when the talker is first heard, so the interrupt must abort it.
+    server = await make_server(synthetic_ttft=1.0, synthetic_audio_speed=1.0, spoken_sentences=2)
     client = await make_client(server, colour="red", tone=None, config={})
     await client.wait_event(where=_accepted)
     recorder = client.recorder

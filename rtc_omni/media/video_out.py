@@ -3,7 +3,9 @@
 Frames wait in a bounded backlog (writers wait when it is full, which back-pressures the engine)
 and leave at exactly `fps`: frame n is due at origin + n / fps on the wall clock. When the engine
 is slower than real time the track sends nothing (the peer holds the last frame), and when frames
-arrive again the clock is re-based to now rather than bursting to catch up.
+arrive again the clock is re-based to now rather than bursting to catch up. When the frames were
+ready but the sender ran late (a busy event loop), it catches up instead, for at most
+MAX_CATCH_UP_S, so a loaded machine still delivers the requested rate.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .. import metrics
 
 VIDEO_CLOCK_RATE = 90_000
 _TIME_BASE = fractions.Fraction(1, VIDEO_CLOCK_RATE)
+MAX_CATCH_UP_S = 0.5  # a sender this late re-bases rather than bursting the missed frames
 
 FrameObserver = Callable[[np.ndarray], Awaitable[None]]
 
@@ -37,7 +40,7 @@ class GeneratedVideoTrack(MediaStreamTrack):
         self.put_timeout_s = put_timeout_s
         self.fps = 24.0
         self.on_frame_sent: FrameObserver | None = None  # e.g. the MP4 recorder
-        self._backlog: deque[tuple[np.ndarray, bool]] = deque()  # (frame, is_filler)
+        self._backlog: deque[tuple[np.ndarray, bool, float]] = deque()  # (frame, is_filler, queued at)
         self._last: np.ndarray | None = None
         self._changed = asyncio.Event()  # backlog grew, shrank, or the track stopped
         self._origin: float | None = None
@@ -63,7 +66,7 @@ class GeneratedVideoTrack(MediaStreamTrack):
                 if self.readyState != "live":
                     raise MediaStreamError
                 await self._wait_change()
-        self._backlog.append((rgb, False))
+        self._backlog.append((rgb, False, time.monotonic()))
         self._notify()
 
     def end_of_stream(self) -> None:
@@ -73,7 +76,7 @@ class GeneratedVideoTrack(MediaStreamTrack):
         exactly this), so without a follower the last generated frame would never be shown.
         """
         if self._last is not None:
-            self._backlog.append((self._last, True))
+            self._backlog.append((self._last, True, time.monotonic()))
             self._notify()
 
     def flush(self) -> int:
@@ -104,15 +107,16 @@ class GeneratedVideoTrack(MediaStreamTrack):
         now = time.monotonic()
         if self._due is None:
             self._origin = self._due = now
-        elif now > self._due + interval:
-            # The engine fell behind: show this frame now and keep the pace from here, no burst.
+        elif now > self._due + interval and (self._backlog[0][2] > self._due or now > self._due + MAX_CATCH_UP_S):
+            # The engine fell behind (this frame came after its time): show it now and keep the
+            # pace from here, no burst. A frame that waited for a late sender is sent at once instead.
             self._due = now
             self.rebases += 1
         elif now < self._due:
             await asyncio.sleep(self._due - now)
             if not self._backlog or self.readyState != "live":  # flushed or stopped meanwhile
                 return await self.recv()
-        rgb, filler = self._backlog.popleft()
+        rgb, filler, _ = self._backlog.popleft()
         self._notify()
         assert self._origin is not None
         frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")

@@ -1,0 +1,51 @@
+"""The generated-video track's pacing: the requested rate holds when the sender runs late, and the
+clock re-bases (no burst) when the engine does."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from rtc_omni.media.video_out import VIDEO_CLOCK_RATE, GeneratedVideoTrack
+
+FPS = 20.0
+
+
+def frame() -> np.ndarray:
+    return np.zeros((16, 16, 3), np.uint8)
+
+
+async def test_a_late_sender_catches_up_on_frames_that_were_ready() -> None:
+    track = GeneratedVideoTrack()
+    track.fps = FPS
+    for _ in range(6):
+        await track.put(frame())
+    first = await track.recv()
+    time.sleep(0.2)  # a busy event loop: four frames' time passes with the frames already queued
+    started = time.monotonic()
+    rest = [await track.recv() for _ in range(5)]
+    track.stop()
+
+    assert track.rebases == 0
+    assert [f.pts for f in [first, *rest]] == [round(n * VIDEO_CLOCK_RATE / FPS) for n in range(6)]
+    # Frames 1-4 were overdue and went at once; only frame 5 waited for its time.
+    assert time.monotonic() - started < 0.1 + 1 / FPS
+
+
+async def test_a_late_engine_re_bases_the_clock_instead_of_bursting() -> None:
+    track = GeneratedVideoTrack()
+    track.fps = FPS
+    await track.put(frame())
+    await track.recv()
+    time.sleep(0.2)  # the engine is late: the next frame arrives after its time
+    await track.put(frame())
+    await track.put(frame())
+    second = await track.recv()
+    started = time.monotonic()
+    third = await track.recv()
+    track.stop()
+
+    assert track.rebases == 1
+    assert third.pts - second.pts == round(VIDEO_CLOCK_RATE / FPS)
+    assert time.monotonic() - started > 0.8 / FPS  # the third frame kept the pace from the second
