@@ -8,6 +8,7 @@ had against them, by what the peer sees and what the upstream engine was asked.
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import subprocess
 import tempfile
@@ -70,6 +71,12 @@ class Genuine:
         self.url = f"ws://127.0.0.1:{port}"
         self.http = f"http://127.0.0.1:{port}"
 
+    def under(self, prefix: str) -> Genuine:
+        """The same server, addressed under a path prefix (its record stays at the root)."""
+        view = copy.copy(self)
+        view.url = self.url + prefix
+        return view
+
     async def record(self) -> dict[str, list[Any]]:
         async with aiohttp.ClientSession() as http:
             async with http.get(self.http + "/test/record") as response:
@@ -93,24 +100,26 @@ class Genuine:
 
 
 @pytest.fixture(scope="module")
-def understanding() -> Iterator[Genuine]:
-    server = Genuine("--kind", "understand")
+def genuine() -> Iterator[Genuine]:
+    """One server for the module: both endpoints, and the non-streaming generation under /whole."""
+    server = Genuine("--kind", "both", "--model", WAN)
     yield server
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def generation() -> Iterator[Genuine]:
-    server = Genuine("--kind", "generate", "--model", WAN)
-    yield server
-    server.stop()
+@pytest.fixture
+def understanding(genuine: Genuine) -> Genuine:
+    return genuine
 
 
-@pytest.fixture(scope="module")
-def generation_without_streaming() -> Iterator[Genuine]:
-    server = Genuine("--kind", "generate", "--model", WAN, "--no-streaming")
-    yield server
-    server.stop()
+@pytest.fixture
+def generation(genuine: Genuine) -> Genuine:
+    return genuine
+
+
+@pytest.fixture
+def generation_without_streaming(genuine: Genuine) -> Genuine:
+    return genuine.under("/whole")
 
 
 GatewayFactory = Callable[..., Awaitable[RunningServer]]

@@ -9,6 +9,9 @@ aborted, so tests can check what the bridge forwarded.
 
     python tests/vllm_cpu/genuine_server.py --port 0 --kind understand [--model NAME] [--no-streaming]
 
+`--kind both` serves both endpoints from one process (importing vLLM costs ~15 s of CPU per start),
+with a second, non-streaming generation endpoint under the prefix `/whole`.
+
 It prints `listening on PORT` once it accepts connections, and binds 127.0.0.1 only.
 """
 
@@ -41,6 +44,7 @@ TALKER_RATE = 24_000
 CHUNK_FRAMES = 8
 SLOW_PAUSE_S = 30.0
 COLOURS = {"red": (220, 30, 30), "green": (30, 200, 30), "blue": (30, 30, 220)}
+WHOLE_PREFIX = "/whole"  # --kind both: the non-streaming generation endpoint's path prefix
 RECORD: dict[str, list[Any]] = {"requests": [], "aborts": [], "interactions": []}
 
 
@@ -193,13 +197,13 @@ class FakeDiffusion:
         RECORD["aborts"].append(request_id)
 
 
-def build_app(kind: str, model: str | None, streaming: bool) -> FastAPI:
+def build_app(kinds: tuple[str, ...], model: str | None, streaming: bool) -> FastAPI:
     app = FastAPI()
     app.add_api_websocket_route("/v1/video/chat/stream", streaming_video_chat)
     app.add_api_websocket_route("/v1/realtime/video", streaming_video_output)
-    if kind == "understand":
+    if "understand" in kinds:
         app.state.openai_streaming_video = create_streaming_video_handler(FakeChat(), engine_client=FakeThinkerTalker())
-    else:
+    if "generate" in kinds:
         engine = FakeDiffusion(streaming)
         app.state.openai_streaming_video_output = OmniStreamingVideoOutputHandler(
             engine, model_name=model, stage_configs=engine.stage_configs
@@ -223,14 +227,18 @@ def build_app(kind: str, model: str | None, streaming: bool) -> FastAPI:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--kind", choices=("understand", "generate"), required=True)
+    parser.add_argument("--kind", choices=("understand", "generate", "both"), required=True)
     parser.add_argument("--model", default=None)
     parser.add_argument("--no-streaming", action="store_true", help="generation: one output, no chunk index")
     args = parser.parse_args()
     sock = socket.socket()
     sock.bind(("127.0.0.1", args.port))
     sock.listen(128)  # connections wait in the backlog until uvicorn accepts them
-    app = build_app(args.kind, args.model, streaming=not args.no_streaming)
+    if args.kind == "both":
+        app = build_app(("understand", "generate"), args.model, streaming=True)
+        app.mount(WHOLE_PREFIX, build_app(("generate",), args.model, streaming=False))
+    else:
+        app = build_app((args.kind,), args.model, streaming=not args.no_streaming)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     print(f"listening on {sock.getsockname()[1]}", flush=True)
     sys.stdout.flush()
