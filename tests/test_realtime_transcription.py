@@ -6,12 +6,17 @@ engine's transcript is a thinker-only request to the model (driven here by tests
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
+from rtc_omni.engines.base import EngineError
+from rtc_omni.engines.synthetic import SyntheticEngine
 from rtc_omni.engines.vllm_omni import TRANSCRIBE_PROMPT, OmniUnderstandEngine
+from rtc_omni.sessions.realtime import MAX_PENDING_TRANSCRIPTIONS
 
 from .conftest import RunningServer, ServerFactory
 from .test_realtime_ws import Realtime, add_user_text, append_audio, connect, speech24k, text_of, tone_pcm24k
@@ -19,6 +24,27 @@ from .vllm_fakes import FakeChat, FakeOmni
 
 TRANSCRIPTION = {"model": "whisper-1", "language": "en"}
 COMPLETED = "conversation.item.input_audio_transcription.completed"
+FAILED = "conversation.item.input_audio_transcription.failed"
+
+
+class HeldRecogniser:
+    """A recogniser that says "heard" once released, or fails with `failure`."""
+
+    transcription_model = "held"
+
+    def __init__(self, failure: str | None = None) -> None:
+        self.failure = failure
+        self.release = asyncio.Event()
+
+    async def transcribe(self, pcm16: bytes, language: str | None = None) -> AsyncIterator[str]:
+        if self.failure is not None:
+            raise EngineError(self.failure)
+        await self.release.wait()
+        yield "heard"
+
+
+def engine_with(recogniser: HeldRecogniser) -> SyntheticEngine:
+    return SyntheticEngine(ttft=0.01, token_rate=200.0, voice="tone", transcriber=recogniser)
 
 
 async def turn_on_transcription(rt: Realtime) -> dict[str, Any]:
@@ -134,3 +160,44 @@ async def test_the_vllm_engine_asks_the_model_for_the_transcript_and_later_turns
     usage = answered[-1]["response"]["usage"]
     assert (usage["input_tokens"], usage["output_tokens"], usage["total_tokens"]) == (3, 4, 7)  # FakeChat's 3 ids
 
+
+
+async def test_a_failed_transcription_is_reported_for_its_item_and_the_session_goes_on(
+    make_server: ServerFactory,
+) -> None:
+    server = await make_server(engine=engine_with(HeldRecogniser(failure="the recogniser is out")))
+    async with connect(server) as rt:
+        await turn_on_transcription(rt)
+        await commit(rt, tone_pcm24k(440, 0.5))
+        events = await rt.until(FAILED)
+        answered = await rt.respond(output_modalities=["text"])
+
+    failed = events[-1]
+    assert failed["item_id"] == events[0]["item_id"] and failed["content_index"] == 0
+    assert failed["error"]["message"] == "Transcription failed: the recogniser is out"
+    assert answered[-1]["response"]["status"] == "completed"
+
+
+async def test_commits_beyond_the_transcription_backlog_fail_at_once_and_the_rest_complete(
+    make_server: ServerFactory,
+) -> None:
+    recogniser = HeldRecogniser()
+    server = await make_server(engine=engine_with(recogniser))
+    commits = MAX_PENDING_TRANSCRIPTIONS + 3
+    async with connect(server) as rt:
+        await turn_on_transcription(rt)
+        item_ids = []
+        for _ in range(commits):
+            await commit(rt, tone_pcm24k(440, 0.2))
+            item_ids.append((await rt.until("input_audio_buffer.committed"))[-1]["item_id"])
+        late = await rt.until(FAILED)
+        recogniser.release.set()
+        while len([e for e in rt.events if e["type"] in (COMPLETED, FAILED)]) < commits:
+            await rt.next()
+
+    failed = [e["item_id"] for e in rt.events if e["type"] == FAILED]
+    completed = [e["item_id"] for e in rt.events if e["type"] == COMPLETED]
+    assert late[-1]["error"]["message"].startswith("Input transcription is behind")
+    # The first MAX_PENDING_TRANSCRIPTIONS always fit (one more may, taken by the recogniser first).
+    assert completed[:MAX_PENDING_TRANSCRIPTIONS] == item_ids[:MAX_PENDING_TRANSCRIPTIONS]
+    assert sorted(completed + failed) == sorted(item_ids) and item_ids[-1] in failed

