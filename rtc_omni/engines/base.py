@@ -5,7 +5,7 @@ Engines know nothing about WebRTC: they get numpy frames and PCM, and yield type
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -144,7 +144,7 @@ class Transcriber(Protocol):
 
     transcription_model: str  # what does the transcribing, for logs and docs
 
-    def transcribe(self, pcm16: bytes, language: str | None = None) -> AsyncIterator[str]:
+    def transcribe(self, pcm16: bytes, language: str | None = None) -> AsyncGenerator[str, None]:
         """Stream the transcript of INPUT_SAMPLE_RATE mono PCM16 as text deltas; `language` is an
         ISO-639-1 hint. Raises (EngineError for a client-fit message) when it cannot."""
         ...

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -246,7 +246,7 @@ class OmniUnderstandEngine:
     def transcription_model(self) -> str:
         return self.name
 
-    async def transcribe(self, pcm16: bytes, language: str | None = None) -> AsyncIterator[str]:
+    async def transcribe(self, pcm16: bytes, language: str | None = None) -> AsyncGenerator[str, None]:
         """The audio's transcript as a thinker-only text request (no talker, no history)."""
         prompt = TRANSCRIBE_PROMPT + (f" The language is {language}." if language else "")
         turn = UnderstandTurn(

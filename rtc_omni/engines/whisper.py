@@ -19,7 +19,7 @@ import hashlib
 import importlib.resources
 import importlib.util
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -94,7 +94,7 @@ class WhisperTranscriber:
         if not available():
             raise RuntimeError(f"the embedded recogniser needs the [transcribe] extra: {_INSTALL_HINT}")
 
-    async def transcribe(self, pcm16: bytes, language: str | None = None) -> AsyncIterator[str]:
+    async def transcribe(self, pcm16: bytes, language: str | None = None) -> AsyncGenerator[str, None]:
         """Whisper's segments as deltas, each decoded in the recogniser's thread as the caller asks."""
         seconds = len(pcm16) / 2 / INPUT_SAMPLE_RATE
         if seconds > MAX_AUDIO_S:

@@ -16,6 +16,7 @@ import base64
 import io
 import logging
 from collections import deque
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -360,7 +361,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         stream = self._transcriber.transcribe(part.audio, language if isinstance(language, str) else None)
         transcript = ""
         try:
-            async with asyncio.timeout(self.settings.engine_stall_timeout):
+            async with asyncio.timeout(self.settings.engine_stall_timeout), aclosing(stream):
                 async for delta in stream:
                     transcript += delta
                     self._emit(proto.TranscriptionDelta(item_id=item.id, delta=delta))
