@@ -201,3 +201,18 @@ async def test_commits_beyond_the_transcription_backlog_fail_at_once_and_the_res
     # The first MAX_PENDING_TRANSCRIPTIONS always fit (one more may, taken by the recogniser first).
     assert completed[:MAX_PENDING_TRANSCRIPTIONS] == item_ids[:MAX_PENDING_TRANSCRIPTIONS]
     assert sorted(completed + failed) == sorted(item_ids) and item_ids[-1] in failed
+
+
+async def test_a_transcription_past_the_stall_timeout_fails_and_the_vllm_request_is_aborted(
+    make_server: ServerFactory,
+) -> None:
+    omni = FakeOmni(words=["too", "slow"], audio_groups=[], step_delay=30.0)
+    server = await make_server(engine=OmniUnderstandEngine(omni, FakeChat()), engine_stall_timeout=0.5)
+    async with connect(server) as rt:
+        await turn_on_transcription(rt)
+        await commit(rt, tone_pcm24k(440, 0.5))
+        failed = (await rt.until(FAILED))[-1]
+
+    assert failed["error"]["message"] == "The engine stopped producing output"
+    request_id = omni.generate_kwargs[0]["request_id"]
+    assert ("abort", request_id) in [(what, rid) for what, rid, _ in omni.calls]
