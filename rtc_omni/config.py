@@ -179,6 +179,12 @@ class Settings(BaseModel):
         description="Synthetic engine: 'espeak' speaks with espeak-ng, 'tone' plays tones, "
         "'auto' uses espeak-ng when installed.",
     )
+    transcriber: Literal["auto", "none"] = Field(
+        "auto",
+        description="Input transcription for realtime sessions: 'auto' uses the engine's recogniser (vLLM: the "
+        "model transcribes; synthetic: the embedded Whisper base, when the [transcribe] extra is installed), "
+        "'none' turns it off.",
+    )
 
     synthetic_chunk_frames: int = Field(
         33, ge=1, description="Synthetic video engine: frames per chunk (Helios yields ~33)."

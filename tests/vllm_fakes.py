@@ -73,10 +73,13 @@ class FakeOutput:
     finished: bool = False
     error: str | None = None
     images: Any = None
+    prompt_token_ids: list[int] | None = None
 
 
-def text_output(request_id: str, delta: str) -> FakeOutput:
-    return FakeOutput(request_id, "text", [SimpleNamespace(text=delta, multimodal_output=None)])
+def text_output(request_id: str, delta: str, prompt_token_ids: list[int] | None = None) -> FakeOutput:
+    """One new token of text; the thinker's outputs name the prompt's token ids."""
+    completion = SimpleNamespace(text=delta, token_ids=[0], multimodal_output=None)
+    return FakeOutput(request_id, "text", [completion], prompt_token_ids=prompt_token_ids)
 
 
 def audio_output(request_id: str, audio: Any) -> FakeOutput:
@@ -120,7 +123,7 @@ class FakeOmni:
                 yield FakeOutput(request_id, "text", [], error=self.fail_with)
                 return
             if kind == "text":
-                yield text_output(request_id, value)
+                yield text_output(request_id, value, kwargs["prompt"].get("prompt_token_ids"))
                 continue
             tensors = []
             for steps in value:

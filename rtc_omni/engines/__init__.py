@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ..config import Settings
 from ..protocol import generate as generate_proto
 from ..protocol import understand as understand_proto
+from . import whisper
 from .base import (
     INPUT_SAMPLE_RATE,
     TALKER_SAMPLE_RATE,
@@ -15,6 +16,7 @@ from .base import (
     GenerateEngine,
     GenerateRequest,
     TextDelta,
+    Transcriber,
     TurnFrame,
     UnderstandEngine,
     UnderstandOutput,
@@ -43,6 +45,13 @@ class Engines:
         for engine in (self.understand, self.generate):
             if engine is not None:
                 await engine.close()
+
+
+def embedded_transcriber(settings: Settings) -> Transcriber | None:
+    """The embedded recogniser, when the [transcribe] extra is installed and transcription is on."""
+    if settings.transcriber == "none" or not whisper.available():
+        return None
+    return whisper.WhisperTranscriber()
 
 
 async def create_engines(settings: Settings) -> Engines:
@@ -77,6 +86,7 @@ async def create_engines(settings: Settings) -> Engines:
                 token_rate=settings.synthetic_token_rate,
                 audio_speed=settings.synthetic_audio_speed,
                 voice=settings.synthetic_voice,
+                transcriber=embedded_transcriber(settings),
             ),
             generate=SyntheticVideoEngine(
                 chunk_frames=settings.synthetic_chunk_frames,

@@ -5,7 +5,7 @@ Engines know nothing about WebRTC: they get numpy frames and PCM, and yield type
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -66,7 +66,22 @@ class AudioChunk:
     samples: np.ndarray  # float32 mono in [-1, 1] at TALKER_SAMPLE_RATE
 
 
-UnderstandOutput = TextDelta | AudioChunk | ContextLost
+@dataclass(frozen=True)
+class Usage:
+    """The tokens one answer took, as the engine counted them; yielded once, after its last output.
+    A detail the engine does not count is None."""
+
+    input_tokens: int
+    output_tokens: int
+    input_text_tokens: int | None = None
+    input_audio_tokens: int | None = None
+    input_image_tokens: int | None = None
+    input_cached_tokens: int | None = None
+    output_text_tokens: int | None = None
+    output_audio_tokens: int | None = None
+
+
+UnderstandOutput = TextDelta | AudioChunk | ContextLost | Usage
 
 
 @dataclass(frozen=True)
@@ -122,6 +137,31 @@ class UnderstandEngine(Protocol):
     async def close(self) -> None:
         """Release engine resources at server shutdown."""
         ...
+
+
+class Transcriber(Protocol):
+    """Speech to text for the user's committed audio (the Realtime API's input transcription)."""
+
+    transcription_model: str  # what does the transcribing, for logs and docs
+
+    def transcribe(self, pcm16: bytes, language: str | None = None) -> AsyncGenerator[str, None]:
+        """Stream the transcript of INPUT_SAMPLE_RATE mono PCM16 as text deltas; `language` is an
+        ISO-639-1 hint. Raises (EngineError for a client-fit message) when it cannot."""
+        ...
+
+
+@runtime_checkable
+class TranscribingEngine(Protocol):
+    """Optional: an understanding engine that offers input transcription. `transcriber` is None
+    when this deployment has none (e.g. the recogniser's extra is not installed)."""
+
+    @property
+    def transcriber(self) -> Transcriber | None: ...
+
+
+def transcriber_of(engine: object) -> Transcriber | None:
+    """The engine's transcriber, or None for an engine without the capability."""
+    return engine.transcriber if isinstance(engine, TranscribingEngine) else None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import math
 import shutil
 import subprocess
 import wave
@@ -21,11 +22,24 @@ from dataclasses import dataclass
 import av
 import numpy as np
 
-from .base import INPUT_SAMPLE_RATE, TALKER_SAMPLE_RATE, AudioChunk, TextDelta, UnderstandOutput, UnderstandTurn
+from .base import (
+    INPUT_SAMPLE_RATE,
+    TALKER_SAMPLE_RATE,
+    AudioChunk,
+    TextDelta,
+    Transcriber,
+    UnderstandOutput,
+    UnderstandTurn,
+    Usage,
+)
 
 FIRST_AUDIO_CHUNK_S = 0.32  # Qwen3-Omni: ~4 codec frames before the first audio output
 AUDIO_CHUNK_S = 2.0  # then ~25 codec frames per output
 _FFT_WINDOW_S = 10.0
+# How the engine counts tokens, at the rates of the Qwen-Omni models it stands in for.
+AUDIO_IN_TOKEN_MS = 40.0  # the audio encoder: 25 tokens per second of input audio
+AUDIO_OUT_TOKEN_MS = 80.0  # the talker's codec: 12.5 frames per second of speech
+IMAGE_PATCH_PX = 28  # the vision encoder: one token per 28x28 patch
 
 _PALETTE: dict[str, tuple[int, int, int]] = {
     "black": (0, 0, 0),
@@ -133,6 +147,27 @@ def analyse(turn: UnderstandTurn) -> TurnAnalysis:
     )
 
 
+def count_usage(turn: UnderstandTurn, answer_words: int, speech_samples: int) -> Usage:
+    """The turn's tokens, counted honestly from what the engine took and gave: a word of text is a
+    token (the answer streams one word per token), audio and images at the rates above."""
+    text_in = sum(len(text.split()) for text in (turn.system_prompt or "", turn.query))
+    text_in += sum(len(str(past.get("content", "")).split()) for past in turn.history)
+    audio_in = math.ceil(len(turn.audio_pcm16) / 2 / INPUT_SAMPLE_RATE * 1000 / AUDIO_IN_TOKEN_MS)
+    images_in = sum(
+        math.ceil(f.rgb.shape[0] / IMAGE_PATCH_PX) * math.ceil(f.rgb.shape[1] / IMAGE_PATCH_PX) for f in turn.frames
+    )
+    audio_out = math.ceil(speech_samples / TALKER_SAMPLE_RATE * 1000 / AUDIO_OUT_TOKEN_MS)
+    return Usage(
+        input_tokens=text_in + audio_in + images_in,
+        output_tokens=answer_words + audio_out,
+        input_text_tokens=text_in,
+        input_audio_tokens=audio_in,
+        input_image_tokens=images_in,
+        output_text_tokens=answer_words,
+        output_audio_tokens=audio_out,
+    )
+
+
 def tone_voice(text: str) -> np.ndarray:
     """Speak text as one tone per word (pitch from the word), with short pauses between words."""
     pieces: list[np.ndarray] = []
@@ -174,6 +209,7 @@ class SyntheticEngine:
         token_rate: float = 40.0,
         audio_speed: float = 4.0,
         voice: str = "auto",
+        transcriber: Transcriber | None = None,
     ) -> None:
         self.ttft = ttft
         self.token_rate = token_rate
@@ -181,6 +217,7 @@ class SyntheticEngine:
         if voice == "auto":
             voice = "espeak" if shutil.which("espeak-ng") else "tone"
         self.voice = voice
+        self.transcriber = transcriber  # the embedded recogniser, when installed (engines/whisper.py)
         self._active: set[str] = set()
         self._aborted: set[str] = set()
         # The last requests aborted, newest last: lets operators and tests see what was cut.
@@ -197,6 +234,7 @@ class SyntheticEngine:
         timeline: list[tuple[float, UnderstandOutput]] = [
             (self.ttft + i / self.token_rate, TextDelta(word if i == 0 else " " + word)) for i, word in enumerate(words)
         ]
+        speech = np.zeros(0, dtype=np.float32)
         if "audio" in turn.modalities:
             speech = await asyncio.to_thread(self._speak, answer)
             # The talker starts once the first sentence is written, like vLLM-Omni's async chunking.
@@ -209,6 +247,7 @@ class SyntheticEngine:
                 timeline.append((at, AudioChunk(speech[start:end])))
                 start, chunk_s = end, AUDIO_CHUNK_S
         timeline.sort(key=lambda item: item[0])
+        timeline.append((timeline[-1][0], count_usage(turn, len(words), speech.size)))
 
         loop = asyncio.get_running_loop()
         began = loop.time()

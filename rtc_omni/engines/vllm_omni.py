@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Mapping
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -32,12 +33,14 @@ from .base import (
     TextDelta,
     UnderstandOutput,
     UnderstandTurn,
+    Usage,
     VideoChunk,
 )
 
 CODEC_FRAME_SAMPLES = 1920  # the talker's causal-convolution leading edge (80 ms at 24 kHz)
 HISTORY_MESSAGES = 2  # the Qwen handler replays the last two history entries, as text
 ABORT_SETTLE_S = 0.1  # upstream's scheduler needs a moment after an abort before the next request
+TRANSCRIBE_PROMPT = "Transcribe the speech in this audio word for word. Reply with the transcript only."
 
 
 class OmniClient(Protocol):
@@ -161,6 +164,35 @@ class AudioDrain:
         return np.clip(samples, -1.0, 1.0)
 
 
+class TokenCount:
+    """A turn's tokens from the thinker's DELTA outputs: the prompt's ids (with its multimodal
+    placeholders, as the model saw them) and each output's new token ids."""
+
+    def __init__(self) -> None:
+        self.prompt: int | None = None
+        self.cached: int | None = None
+        self.generated = 0
+
+    def add(self, output: Any, completion: Any) -> None:
+        prompt_ids = getattr(output, "prompt_token_ids", None)
+        if prompt_ids:
+            self.prompt = max(self.prompt or 0, len(prompt_ids))
+        if isinstance(cached := getattr(output, "num_cached_tokens", None), int):
+            self.cached = cached
+        self.generated += len(getattr(completion, "token_ids", None) or ())
+
+    def usage(self) -> Usage | None:
+        """None when the outputs never named the prompt: the engine cannot say what the turn took."""
+        if self.prompt is None:
+            return None
+        return Usage(
+            input_tokens=self.prompt,
+            output_tokens=self.generated,
+            input_cached_tokens=self.cached,
+            output_text_tokens=self.generated,
+        )
+
+
 class OmniUnderstandEngine:
     """Answers turns with a multi-stage vLLM-Omni model (Qwen3-Omni: thinker, talker, code2wav)."""
 
@@ -186,6 +218,7 @@ class OmniUnderstandEngine:
 
     async def generate(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:
         audio = AudioDrain()
+        tokens = TokenCount()
         async for output in self.client.generate(**await self._request(turn)):
             if error := getattr(output, "error", None):
                 raise RuntimeError(str(error))
@@ -197,8 +230,42 @@ class OmniUnderstandEngine:
                 samples = audio.take(mm.get("audio") if isinstance(mm, Mapping) else None)
                 if samples is not None:
                     yield AudioChunk(samples)
-            elif isinstance(text := getattr(completion, "text", None), str) and text:
+                continue
+            tokens.add(output, completion)
+            if isinstance(text := getattr(completion, "text", None), str) and text:
                 yield TextDelta(text)
+        if (usage := tokens.usage()) is not None:
+            yield usage
+
+    @property
+    def transcriber(self) -> OmniUnderstandEngine:
+        """Qwen-Omni transcribes: the model itself is this engine's recogniser."""
+        return self
+
+    @property
+    def transcription_model(self) -> str:
+        return self.name
+
+    async def transcribe(self, pcm16: bytes, language: str | None = None) -> AsyncGenerator[str, None]:
+        """The audio's transcript as a thinker-only text request (no talker, no history)."""
+        prompt = TRANSCRIBE_PROMPT + (f" The language is {language}." if language else "")
+        turn = UnderstandTurn(
+            request_id=f"transcribe-{uuid.uuid4().hex[:16]}",
+            frames=[],
+            audio_pcm16=pcm16,
+            query=prompt,
+            modalities=("text",),
+            use_audio_in_video=False,
+        )
+        finished = False
+        try:
+            async for output in self.generate(turn):
+                if isinstance(output, TextDelta):
+                    yield output.text
+            finished = True
+        finally:
+            if not finished:
+                await self.abort(turn.request_id)
 
     async def abort(self, request_id: str) -> None:
         await self.client.abort(request_id)

@@ -41,6 +41,11 @@ ACTIVE_RESPONSE = "Conversation already has an active response in progress"
 NO_ACTIVE_RESPONSE = "Cancellation failed: no active response found"
 AUDIO_BUFFER_EMPTY = "Error committing input audio buffer: the buffer is empty"
 AUDIO_BUFFER_OVERFLOW = "Input audio buffer overflow: the buffered audio was dropped"
+TRANSCRIPTION_UNAVAILABLE = (
+    "Input transcription is not available on this server (no recogniser for its engine): "
+    "audio.input.transcription is off, and audio items keep no transcript"
+)
+TRANSCRIPTION_BACKLOG = "Input transcription is behind: too many committed audio items are waiting"
 OUTPUT_AUDIO_CLEAR_WEBRTC_ONLY = "output_audio_buffer.clear is for WebRTC calls; over WebSocket send response.cancel"
 
 
@@ -422,6 +427,28 @@ class ItemDone(RealtimeEvent):
     type: ClassVar[str] = "conversation.item.done"
     item: dict[str, Any]
     previous_item_id: str | None
+
+
+class TranscriptionDelta(RealtimeEvent):
+    type: ClassVar[str] = "conversation.item.input_audio_transcription.delta"
+    item_id: str
+    content_index: int = 0
+    delta: str
+
+
+class TranscriptionCompleted(RealtimeEvent):
+    type: ClassVar[str] = "conversation.item.input_audio_transcription.completed"
+    item_id: str
+    content_index: int = 0
+    transcript: str
+    usage: dict[str, Any]  # {"type": "duration", "seconds": ...}: what the recogniser heard
+
+
+class TranscriptionFailed(RealtimeEvent):
+    type: ClassVar[str] = "conversation.item.input_audio_transcription.failed"
+    item_id: str
+    content_index: int = 0
+    error: ErrorDetail
 
 
 class ItemRetrieved(RealtimeEvent):

@@ -16,6 +16,7 @@ import base64
 import io
 import logging
 from collections import deque
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -30,8 +31,11 @@ from ..engines.base import (
     AudioChunk,
     EngineError,
     TextDelta,
+    Transcriber,
     TurnFrame,
     UnderstandEngine,
+    Usage,
+    transcriber_of,
 )
 from ..engines.base import UnderstandTurn as EngineTurn
 from ..media.images import open_image
@@ -56,6 +60,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CAMERA_SAMPLE_FPS = 2.0  # a WebRTC camera, sampled as understanding sessions sample theirs
+MAX_PENDING_TRANSCRIPTIONS = 4  # committed audio items waiting for the recogniser; more fail at once
 
 SessionState = Literal["active", "closed"]
 ResponseStatus = Literal["completed", "cancelled", "failed"]
@@ -80,6 +85,7 @@ class _Response:
     engine_finished: bool = False
     cancel_reason: CancelReason = "client_cancelled"
     speaking: bool = False  # its speech started on the talker track
+    usage: Usage | None = None  # the engine's count, when it gives one
 
 
 def _input_stream() -> PcmStream:
@@ -90,6 +96,24 @@ def _input_stream() -> PcmStream:
 def _audio_ms(part: Part) -> float:
     """Milliseconds of an output_audio part's 24 kHz PCM16."""
     return len(part.audio) / (TALKER_SAMPLE_RATE * 2 / 1000)
+
+
+def usage_wire(usage: Usage | None) -> dict[str, Any] | None:
+    """The engine's count in the shape of OpenAI's RealtimeResponseUsage (what it does not count, null)."""
+    if usage is None:
+        return None
+    return {
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "input_token_details": {
+            "text_tokens": usage.input_text_tokens,
+            "audio_tokens": usage.input_audio_tokens,
+            "image_tokens": usage.input_image_tokens,
+            "cached_tokens": usage.input_cached_tokens,
+        },
+        "output_token_details": {"text_tokens": usage.output_text_tokens, "audio_tokens": usage.output_audio_tokens},
+    }
 
 
 def _decode_rgb(images: list[bytes]) -> list[TurnFrame]:
@@ -114,7 +138,14 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.config = proto.SessionConfig().updated(self.initial_config or {})
+        self._transcriber: Transcriber | None = None
+        if self.settings.transcriber != "none":
+            self._transcriber = transcriber_of(self.engine)
+        self._transcriptions: asyncio.Queue[Item] = asyncio.Queue(MAX_PENDING_TRANSCRIPTIONS)
+        self._transcribing: asyncio.Task[None] | None = None
+        self.config, self._transcription_refused = self._honour_transcription(
+            proto.SessionConfig().updated(self.initial_config or {})
+        )
         self._conversation = Conversation()
         self._audio = AudioBuffer(MAX_AUDIO_BUFFER_BYTES)
         self._input = _input_stream()
@@ -126,6 +157,8 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
 
     def start(self) -> None:
         self._emit(proto.SessionCreated(session=self.config.to_wire()))
+        if self._transcription_refused:
+            self._transcription_unavailable(event_id=None)
         super().start()
 
     # ----------------------------------------------------------------- lifecycle
@@ -213,11 +246,28 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             text = f"Invalid session: {describe_validation_error(exc)}"
             self._error(text, code="invalid_value", event_id=message.event_id, param="session")
             return
+        config, refused = self._honour_transcription(config)
         detection = config.audio.input.turn_detection
         if detection != self.config.audio.input.turn_detection:
             self._vad = self._server_vad(detection)
         self.config = config
         self._emit(proto.SessionUpdated(session=config.to_wire()))
+        if refused:
+            self._transcription_unavailable(message.event_id)
+
+    def _honour_transcription(self, config: proto.SessionConfig) -> tuple[proto.SessionConfig, bool]:
+        """Without a recogniser, asked-for transcription is reported off (null); True when so refused."""
+        if config.audio.input.transcription is None or self._transcriber is not None:
+            return config, False
+        return config.updated({"audio": {"input": {"transcription": None}}}), True
+
+    def _transcription_unavailable(self, event_id: str | None) -> None:
+        self._error(
+            proto.TRANSCRIPTION_UNAVAILABLE,
+            code="transcription_unavailable",
+            event_id=event_id,
+            param="session.audio.input.transcription",
+        )
 
     def _server_vad(self, detection: proto.TurnDetectionConfig | None) -> ServerVad | None:
         """The understanding sessions' server VAD and echo check, with this session's settings."""
@@ -284,6 +334,55 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         previous = self._conversation.insert(item)
         self._emit(proto.AudioCommitted(item_id=item.id, previous_item_id=previous))
         self._announce(item, previous)
+        if self.config.audio.input.transcription is not None:
+            self._queue_transcription(item)
+
+    # ----------------------------------------------------------------- input transcription
+
+    def _queue_transcription(self, item: Item) -> None:
+        """The recogniser takes committed items one at a time, in order, beside the responses."""
+        try:
+            self._transcriptions.put_nowait(item)
+        except asyncio.QueueFull:
+            self._transcription_failed(item, proto.TRANSCRIPTION_BACKLOG)
+            return
+        if self._transcribing is None:
+            self._transcribing = self._tasks.spawn(self._transcribe_items())
+
+    async def _transcribe_items(self) -> None:
+        while True:
+            await self._transcribe(await self._transcriptions.get())
+
+    async def _transcribe(self, item: Item) -> None:
+        """Deltas as the recogniser writes them, then the transcript, kept on the item as its history."""
+        assert self._transcriber is not None  # nothing is queued without one
+        part = item.parts[0]
+        language = (self.config.audio.input.transcription or {}).get("language")
+        stream = self._transcriber.transcribe(part.audio, language if isinstance(language, str) else None)
+        transcript = ""
+        try:
+            async with asyncio.timeout(self.settings.engine_stall_timeout), aclosing(stream):
+                async for delta in stream:
+                    transcript += delta
+                    self._emit(proto.TranscriptionDelta(item_id=item.id, delta=delta))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the item stays without a transcript; the session goes on
+            logger.warning("session %s: transcribing %s failed: %r", self.session_id, item.id, exc)
+            reason = proto.ENGINE_STALLED if isinstance(exc, TimeoutError) else "Transcription failed"
+            self._transcription_failed(item, f"{reason}: {exc}" if isinstance(exc, EngineError) else reason)
+            return
+        part.transcript = transcript
+        seconds = round(len(part.audio) / BYTES_PER_MS / 1000, 3)
+        self._emit(
+            proto.TranscriptionCompleted(
+                item_id=item.id, transcript=transcript, usage={"type": "duration", "seconds": seconds}
+            )
+        )
+
+    def _transcription_failed(self, item: Item, message: str) -> None:
+        error = proto.ErrorDetail(type=proto.SERVER_ERROR, code="transcription_failed", message=message)
+        self._emit(proto.TranscriptionFailed(item_id=item.id, error=error))
 
     def _announce(self, item: Item, previous: str | None) -> None:
         self._emit(proto.ItemAdded(item=item.to_wire(), previous_item_id=previous))
@@ -428,6 +527,8 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
                     else:
                         self._emit(proto.AudioDelta(**ids, delta=base64.b64encode(pcm16).decode("ascii")))
                     part.audio += pcm16  # what was sent: truncation cuts it to what was heard
+                elif isinstance(output, Usage):
+                    response.usage = output
             response.engine_finished = True
             if self.talker is not None and response.speaking:
                 # The response lasts until its speech has played out, so an interrupt can still cut it.
@@ -518,7 +619,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             "output": [] if status == "in_progress" else [response.item.to_wire()],
             "output_modalities": [response.modality],
             "conversation_id": None,
-            "usage": None,
+            "usage": None if status == "in_progress" else usage_wire(response.usage),
         }
         if status == "cancelled":
             wire["status_details"] = {"type": "cancelled", "reason": response.cancel_reason}
