@@ -161,7 +161,6 @@ async def test_the_vllm_engine_asks_the_model_for_the_transcript_and_later_turns
     assert (usage["input_tokens"], usage["output_tokens"], usage["total_tokens"]) == (3, 4, 7)  # FakeChat's 3 ids
 
 
-
 async def test_a_failed_transcription_is_reported_for_its_item_and_the_session_goes_on(
     make_server: ServerFactory,
 ) -> None:
