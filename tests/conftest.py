@@ -47,6 +47,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if MEDIA_FIXTURES.intersection(getattr(item, "fixturenames", ())) or item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.media)
+    # The suite runs on pytest-xdist workers a file at a time (pyproject's addopts): files with a slow
+    # test start first, then media, then the quick rest, so the long files do not finish last.
+    rank: dict[Any, int] = {}
+    for item in items:
+        own = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("media") else 2
+        rank[item.path] = min(rank.get(item.path, own), own)
+    items.sort(key=lambda item: rank[item.path])
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from rtc_omni.engines import create_engines
 from .conftest import FAST_SETTINGS, ClientFactory, RunningServer
 from .tools import require_loopback_namespace, unavailable
 
-pytestmark = pytest.mark.media  # vLLM-Omni servers in subprocesses
+pytestmark = pytest.mark.slow  # vLLM-Omni servers in subprocesses
 
 SCRIPT = Path(__file__).resolve().parent / "vllm_cpu" / "genuine_server.py"
 START_TIMEOUT_S = 180.0  # importing vLLM on a busy 2-core machine

@@ -82,7 +82,7 @@ def readme_command(program: str) -> list[str]:
     raise AssertionError(f"README's quickstart has no {program!r} command")
 
 
-@pytest.mark.media
+@pytest.mark.slow  # the whole spoken answer, in real time
 def test_readme_quickstart_works_as_written_with_a_spoken_answer(tmp_path: Path) -> None:
     """README's two commands verbatim (the server on a free port, so the client is told where), on
     the default voice: espeak-ng, whose spoken answer lasts far longer than its text."""

@@ -57,6 +57,7 @@ async def one_session(server: RunningServer, ending: str) -> None:
     await wait_until(lambda: client.session_id not in server.registry, timeout=15)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 async def test_a_hundred_sessions_leave_nothing_behind(server: RunningServer) -> None:
     await one_session(server, "delete")  # warm up imports, codecs and pools before counting

@@ -307,7 +307,7 @@ def test_serve_without_vllm_omni_exits_with_the_install_command() -> None:
     assert "pip install 'rtc-omni[vllm]'" in done.stderr and "vLLM-Omni 0.30" in done.stderr
 
 
-@pytest.mark.media
+@pytest.mark.slow  # imports vLLM in its own environment
 def test_the_engines_pass_the_contract_checks_against_the_real_vllm_omni() -> None:
     """tests/test_vllm_contract.py, run by the CPU-only vLLM-Omni environment that .ci/run builds
     with tests/vllm_cpu/env.sh and names in RTC_OMNI_VLLM_PYTHON."""
