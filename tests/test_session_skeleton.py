@@ -141,31 +141,56 @@ async def test_understanding_session_answers_over_an_in_memory_transport() -> No
     assert session.state == "closed" and session.stats()["errors_sent"] == 1
 
 
-async def test_a_strict_generation_session_ends_on_a_bad_start() -> None:
-    settings = Settings(**FAST_SETTINGS)
-    recorder = Recorder()
+class NoVideo:
+    fps, frames_sent, on_frame_sent = 24.0, 0, None
 
-    class NoVideo:
-        fps, frames_sent, on_frame_sent = 24.0, 0, None
+    async def put(self, rgb: Any) -> None: ...
 
-        async def put(self, rgb: Any) -> None: ...
+    def flush(self) -> int:
+        return 0
 
-        def flush(self) -> int:
-            return 0
+    def end_of_stream(self) -> None: ...
 
-        def end_of_stream(self) -> None: ...
+    async def wait_drained(self, timeout: float) -> bool:
+        return True
 
-        async def wait_drained(self, timeout: float) -> bool:
-            return True
 
-    session = GenerateSession(
+def generation_session(recorder: Recorder, **overrides: Any) -> GenerateSession:
+    return GenerateSession(
         session_id="g",
-        settings=settings,
+        settings=Settings(**{**FAST_SETTINGS, **overrides}),
         engine=SyntheticVideoEngine(),
         send=recorder.send,
         video=NoVideo(),
         strict_reference=True,
     )
+
+
+async def test_the_wait_for_session_start_begins_when_the_control_channel_opens() -> None:
+    # Over WebRTC the session exists while ICE, DTLS and SCTP are still connecting: that time must
+    # not count against the client's first message.
+    recorder = Recorder()
+    session = generation_session(recorder, config_timeout=0.5)
+    session.start()
+    await asyncio.sleep(0.4)  # connecting
+    session.channel_opened()
+    await asyncio.sleep(0.3)  # 0.7 s since the session was made, 0.3 s since the channel opened
+    session.receive_text(json.dumps({"type": "session.start", "prompt": "red", "num_frames": 2, "size": "64x64"}))
+    await recorder.wait("session.done")
+    assert not [e for e in recorder.events if e["type"] == "error"]
+    await session.close()
+
+    late = Recorder()
+    session = generation_session(late, config_timeout=0.5)
+    session.start()
+    session.channel_opened()
+    await asyncio.wait_for(session.closed.wait(), 5)
+    assert late.events == [{"type": "error", "message": generate_proto.TIMEOUT_WAITING_FOR_START}]
+
+
+async def test_a_strict_generation_session_ends_on_a_bad_start() -> None:
+    recorder = Recorder()
+    session = generation_session(recorder)
     session.start()
     session.receive_text(json.dumps({"type": "session.ping"}))
     await asyncio.wait_for(session.closed.wait(), 5)

@@ -326,7 +326,7 @@ def test_the_engines_pass_the_contract_checks_against_the_real_vllm_omni() -> No
     require_loopback_namespace()  # vLLM-Omni looks models up on the Hub; here it must find nothing
     repo = Path(__file__).resolve().parents[1]
     done = subprocess.run(
-        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_vllm_contract.py"],
+        [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "tests/test_vllm_contract.py"],
         cwd=repo,
         env={**os.environ, "PYTHONPATH": str(repo)},  # this checkout, whatever the environment was built from
         capture_output=True,

@@ -73,7 +73,7 @@ class Session(ABC, Generic[M, E]):
         self._tasks = TaskSet()
         self._closing = False
         self._closer: asyncio.Task[None] | None = None
-        self._last_activity = time.monotonic()
+        self._last_activity = self._waiting_since = time.monotonic()
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -93,6 +93,12 @@ class Session(ABC, Generic[M, E]):
         self.closed.set()
         if self.on_closed is not None:
             self.on_closed()
+
+    def channel_opened(self) -> None:
+        """A control channel opened: the wait for the client's first message starts now. Over WebRTC
+        the session exists before ICE, DTLS and SCTP let the client send, which on a loaded machine
+        or a slow network can take seconds of `config_timeout`."""
+        self._waiting_since = time.monotonic()
 
     def notify(self, message: str) -> None:
         """Tell the client something as an `error` event (e.g. that the server is going away)."""
@@ -167,7 +173,7 @@ class Session(ABC, Generic[M, E]):
         while True:
             item = await self._inbox.get(self._wait_limit())
             if item is None:
-                if self._wait_expired():
+                if not self._wait_limit() and self._wait_expired():  # not extended meanwhile
                     return
                 continue
             name = item.name if isinstance(item, WorkItem) else item.type
@@ -244,6 +250,10 @@ class Session(ABC, Generic[M, E]):
     def _wait_limit(self) -> float | None:
         """How long the loop may wait for the next item (e.g. for the first message); None: no limit."""
         return None
+
+    def _first_message_wait(self) -> float:
+        """What is left of `config_timeout` for the client's first message (see `channel_opened`)."""
+        return max(0.0, self._waiting_since + self.settings.config_timeout - time.monotonic())
 
     def _wait_expired(self) -> bool:
         """The wait limit passed with nothing in the inbox; True ends the loop."""

@@ -93,7 +93,7 @@ class GenerateSession(Session[proto.ClientMessage, GenerateEngine]):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._created_at = self._progress_at = time.monotonic()
+        self._progress_at = time.monotonic()
         self._stopped = False
         self._engine_finished = False
         self._interactions: dict[str, _Interaction] = {}
@@ -149,7 +149,7 @@ class GenerateSession(Session[proto.ClientMessage, GenerateEngine]):
     def _wait_limit(self) -> float | None:
         if self.state != "waiting_start":
             return None
-        return max(0.0, self._created_at + self.settings.config_timeout - time.monotonic())
+        return self._first_message_wait()
 
     def _wait_expired(self) -> bool:
         self._error(proto.TIMEOUT_WAITING_FOR_START)

@@ -217,7 +217,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             self._config_queued = True
 
     def _wait_limit(self) -> float | None:
-        return self.settings.config_timeout if self.config is None else None
+        return self._first_message_wait() if self.config is None else None
 
     def _wait_expired(self) -> bool:
         """No config in time: the reference ends; we go on with the defaults."""

@@ -89,6 +89,8 @@ class ControlReceiver(Protocol):
 
     def receive_binary(self, data: bytes) -> None: ...
 
+    def channel_opened(self) -> None: ...
+
 
 def oversized_event_message(size: int) -> str:
     return f"an event of {size} bytes was dropped: larger than one DataChannel message may be"
@@ -200,6 +202,7 @@ class _PeerLink:
             return
         self._has_channel = True
         channels.attach(channel, receiver, self._close_soon)
+        receiver.channel_opened()  # aiortc announces a remote channel once it is open
 
     def _offers(self, kind: str) -> bool:
         return any(t.kind == kind for t in self.pc.getTransceivers())
