@@ -130,7 +130,7 @@ async def test_gstreamer_whep_player_decodes_the_generated_video(make_server: Se
     player: GstPeer | None = None
     try:
         await creator.connect()
-        player = await GstPeer.start("whep", f"{server.url}/whep/{creator.session_id}")
+        player = await GstPeer.start("whep", str(creator.view_url))
         await player.wait_for("connected")
         await creator.start(prompt="a red square", fps=16, num_frames=40, size="320x240")
         await creator.wait_event("session.done", timeout=30)
