@@ -245,4 +245,4 @@ async def test_recording_holds_exactly_the_frames_sent(gen_server: RunningServer
     assert decoded[0].shape == (240, 320, 3)
     assert [blockcode.read(f) for f in decoded] == list(range(40))
     unknown = f"/v1/rtc/sessions/{client.session_id}x/recording"
-    assert (await http_json(gen_server, "GET", unknown, headers=client.session_headers))[0] == 403
+    assert (await http_json(gen_server, "GET", unknown, headers=client.session_headers))[0] == 401

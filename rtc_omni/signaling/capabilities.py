@@ -91,8 +91,8 @@ def access_refusal(request: web.Request, scope: Scope | None, session_id: str | 
     if token is None:
         return _error(401, f"this needs the session's {'session' if scope == 'control' else 'view or session'} token")
     granted = request.app[SESSION_TOKENS].scope_of(session_id, token)
-    if granted is None:
-        return _error(403, "this token does not open this session")
+    if granted is None:  # RFC 6750: an invalid token is a 401, too little scope a 403
+        return _error(401, "this token does not open this session (nor is it the server's token)")
     if scope == "control" and granted == "view":
         return _error(403, "a view token can watch this session, not control or end it")
     return None
