@@ -133,7 +133,8 @@ async def _run_client(args: argparse.Namespace) -> int:
     client = UnderstandClient(args.server, video=video, audio=audio, token=args.token)
     try:
         await client.connect()
-        print(f"connected in {client.connect_seconds:.3f} s, session {client.session_id}; watch: {client.view_url}")
+        print(f"connected in {client.connect_seconds:.3f} s, session {client.session_id}")
+        print(f"watch it over WHEP (view only): {client.view_url}")
         await client.configure(**(args.config or {}))
         await asyncio.sleep(args.warmup)
         for query in args.query or ["What do you see and hear?"]:
@@ -188,7 +189,8 @@ async def _run_generate(args: argparse.Namespace) -> int:
     _checked(VideoGenerationRequest, coerce_start_fields(request), _generate_flag)
     try:
         await client.connect()
-        print(f"connected in {client.connect_seconds:.3f} s, session {client.session_id}; watch: {client.view_url}")
+        print(f"connected in {client.connect_seconds:.3f} s, session {client.session_id}")
+        print(f"watch it over WHEP (view only): {client.view_url}")
         started = await client.start(**request)
         sent_at = client.event_times[client.events.index(started)]
         print(f"generating {started['request_id']}: {json.dumps(started['config'])}")

@@ -20,7 +20,7 @@ EventFilter = Callable[[dict[str, Any]], bool]
 
 # What to do about a refused offer, by HTTP status.
 REFUSAL_HINTS = {
-    401: "pass the token the server was started with (its --auth-token), or to attach, the session's token",
+    401: "pass the token the server was started with (its --auth-token) as --token (to attach: the session's token)",
     403: "a view token only watches a session: attaching needs its session token",
     429: "too many new sessions from this address: wait a minute",
     503: "the server is at its session limit: try again shortly",
