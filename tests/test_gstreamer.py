@@ -111,10 +111,11 @@ async def test_gstreamer_whip_publisher_is_understood_and_its_delete_frees_the_s
     server = await make_server()
     publisher = await GstPeer.start("whip", f"{server.url}/whip")
     try:
+        created = await publisher.wait_for("created")
         await publisher.wait_for("connected")
         assert len(server.registry) == 1
         session_id = next(iter(server.registry))
-        await ask_about_colour_and_tone(server, session_id)
+        await ask_about_colour_and_tone(server, session_id, created["session_token"])
         result = await publisher.finish()
         assert result["state"] == "connected" and result["error"] is None, result
         await wait_until(lambda: session_id not in server.registry, timeout=5)
