@@ -1,6 +1,6 @@
 """Who may do what: the server token opens everything, a session's own tokens open that session alone.
 
-Creating a session returns, besides its id, two capabilities (docs/operations.md, "Access"):
+Creating a session returns, besides its id, two capabilities (docs/operations.md, "Who may act on a session"):
 - the session token: control it (attach a controller, trickle candidates, end it) and all a view
   token allows;
 - the view token: watch it (WHEP), read its stats, fetch its recording; never control or end it.
