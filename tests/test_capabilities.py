@@ -1,4 +1,4 @@
-"""Capabilities per session (docs/operations.md, "Access"): a session's own tokens open it and
+"""Capabilities per session (docs/operations.md, "Who may act on a session"): a session's own tokens open it and
 nothing else, a view token only watches, the server token opens everything, and a refused request
 leaves the session going on."""
 
