@@ -17,7 +17,7 @@ from .metrics import get_metrics, watch_sessions
 from .sessions.recordings import RecordingStore
 from .sessions.registry import SessionRegistry
 from .signaling import client_secrets, ice, offer, realtime_calls, websocket, whep, whip
-from .signaling.auth import bearer_auth
+from .signaling.capabilities import SESSION_TOKENS, RedactingAccessLogger, SessionTokens, server_token_auth
 from .signaling.keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 from .signaling.limits import ConnectionLimit, cors_allow_list, session_rate_limit, text_body
 
@@ -88,7 +88,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> web.Applic
     keys = client_secrets.EphemeralKeys()
     middlewares.append(client_secrets.ephemeral_auth(keys))
     if settings.auth_token:
-        middlewares.append(bearer_auth(settings.auth_token))
+        middlewares.append(server_token_auth())
     if settings.session_rate_limit:
         middlewares.append(session_rate_limit(settings.session_rate_limit))
     middlewares.append(text_body(settings.http_body_timeout))
@@ -100,6 +100,7 @@ def create_app(settings: Settings, engines: Engines | None = None) -> web.Applic
         handler_args={"keepalive_timeout": settings.http_idle_timeout},
     )
     app[SETTINGS] = settings
+    app[SESSION_TOKENS] = SessionTokens()
     app[ENGINES] = engines if engines is not None else Engines()
     if engines is None:
         app.on_startup.append(_start_engines)
@@ -132,7 +133,7 @@ async def serve(app: web.Application, settings: Settings, on_listening: Callable
     aiohttp's run_app, plus the cap on connections per client address (ConnectionLimit), which
     needs the listening socket's protocol factory.
     """
-    runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT_S, access_log_class=RedactingAccessLogger)
     await runner.setup()
     assert runner.server is not None
     loop = asyncio.get_running_loop()

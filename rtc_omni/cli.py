@@ -134,6 +134,7 @@ async def _run_client(args: argparse.Namespace) -> int:
     try:
         await client.connect()
         print(f"connected in {client.connect_seconds:.3f} s, session {client.session_id}")
+        print(f"watch it over WHEP (view only): {client.view_url}")
         await client.configure(**(args.config or {}))
         await asyncio.sleep(args.warmup)
         for query in args.query or ["What do you see and hear?"]:
@@ -189,6 +190,7 @@ async def _run_generate(args: argparse.Namespace) -> int:
     try:
         await client.connect()
         print(f"connected in {client.connect_seconds:.3f} s, session {client.session_id}")
+        print(f"watch it over WHEP (view only): {client.view_url}")
         started = await client.start(**request)
         sent_at = client.event_times[client.events.index(started)]
         print(f"generating {started['request_id']}: {json.dumps(started['config'])}")
@@ -208,6 +210,8 @@ async def _run_generate(args: argparse.Namespace) -> int:
             )
         else:
             print("received no frames")
+        if done.get("recording"):
+            print(f"recording: {client.server}{done['recording']}")
         if args.out:
             await client.close()
             print(f"wrote what was received to {args.out}")

@@ -142,7 +142,8 @@ class Settings(BaseModel):
     auth_token: str | None = Field(
         None,
         description="Bearer token every HTTP request must carry (Authorization: Bearer ...), except OPTIONS "
-        "preflights and /healthz. None: no authentication.",
+        "preflights, /healthz and a session's routes, which its own token opens too; it opens every session. "
+        "None: creating sessions is open, a session's routes still need its token.",
     )
     session_rate_limit: int = Field(
         60, ge=0, description="New sessions per minute allowed from one client address (0: no limit); more get 429."

@@ -130,6 +130,7 @@ class Peer:
                 status, headers, reply = http("POST", self.url, sdp.encode(), "application/sdp")
                 assert status == 201, status
                 self.location = headers.get("Location")
+                emit("created", session_token=headers.get("Session-Token"))  # what opens the session
                 answer_sdp = reply.decode()
         except Exception as exc:  # reported to the test, which shows it
             self.error = f"offer refused: {exc}"

@@ -32,7 +32,7 @@ from rtc_omni.engines import create_engines
 from .conftest import FAST_SETTINGS, RunningServer
 from .lossy import lossy_namespace, outage, set_random_loss
 from .test_generate_rtc import received_through
-from .test_whep import WhepPlayer
+from .test_whep import WhepPlayer, viewing
 
 ROOT = Path(__file__).resolve().parent.parent
 FRAMES, FPS, SIZE = 96, 24, "416x240"
@@ -69,7 +69,7 @@ async def generation(server: RunningServer, namespace: str, outage_s: float) -> 
     try:
         await creator.connect()
         assert creator.session_id is not None
-        await viewer.play(server, creator.session_id)
+        await viewer.play(server, creator.session_id, viewing(creator))
         await creator.start(prompt="a red square", fps=FPS, num_frames=FRAMES, size=SIZE)
         for after in OUTAGE_AFTER_FRAMES if outage_s else ():
             async with asyncio.timeout(30):

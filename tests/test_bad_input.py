@@ -71,7 +71,9 @@ async def test_audio_overflow_clears_the_buffer_and_later_audio_is_heard(
         client.send({"type": "audio.chunk", "data": chunk})
     assert await next_error(client, mark) == "Audio buffer overflow"
 
-    status, stats = await http_json(server, "GET", f"/v1/rtc/sessions/{client.session_id}")
+    status, stats = await http_json(
+        server, "GET", f"/v1/rtc/sessions/{client.session_id}", headers=client.session_headers
+    )
     assert status == 200
     assert stats["audio_ms_buffered"] < 10_000  # cleared, then at most the chunks after the overflow
 

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import wave
 from pathlib import Path
@@ -258,10 +259,14 @@ def test_json_logs_name_the_session_on_every_session_line(served) -> None:
     )
     assert done.returncode == 0, done.stderr
     session_id = done.stdout.split("session ", 1)[1].split()[0]
+    view_token = done.stdout.split("access_token=", 1)[1].split()[0]
+    with pytest.raises(urllib.error.HTTPError):  # the session has ended: 404, and the token is in the URL
+        urllib.request.urlopen(f"{url}/v1/rtc/sessions/{session_id}?access_token={view_token}", timeout=10)
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=15)
     lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
     assert lines and all({"ts", "level", "logger", "session_id", "message"} <= line.keys() for line in lines)
+    assert view_token not in output and f"/v1/rtc/sessions/{session_id}?access_token=- " in output  # access log
     mine = [line for line in lines if line["session_id"] == session_id]
     assert any("connection connected" in line["message"] for line in mine)
     assert any(line["logger"].startswith("aioice") for line in mine)  # aioice's own lines carry it too

@@ -215,7 +215,7 @@ async def test_the_backlog_is_bounded_and_back_pressures_the_engine(make_server:
         await client.start(prompt="x", fps=30, num_frames=200, **SMALL)
         samples = []
         while not any(e["type"] == "session.done" for e in client.events):
-            samples.append((await http_json(server, "GET", path))[1])
+            samples.append((await http_json(server, "GET", path, headers=client.session_headers))[1])
             await asyncio.sleep(0.2)
     finally:
         await client.close()
@@ -229,12 +229,13 @@ async def test_recording_holds_exactly_the_frames_sent(gen_server: RunningServer
     client = await connect(gen_server)
     try:
         await client.start(prompt="purple", fps=16, num_frames=40, record=True, **SMALL)
-        status, _ = await http_json(gen_server, "GET", f"/v1/rtc/sessions/{client.session_id}/recording")
+        recording = f"/v1/rtc/sessions/{client.session_id}/recording"
+        status, _ = await http_json(gen_server, "GET", recording, headers=client.session_headers)
         assert status == 409  # not finished yet
         done = await client.wait_event("session.done", timeout=30)
         await asyncio.sleep(0.5)
         async with aiohttp.ClientSession() as http:
-            async with http.get(f"{gen_server.url}/v1/rtc/sessions/{client.session_id}/recording") as response:
+            async with http.get(gen_server.url + done["recording"]) as response:  # its URL carries a view token
                 assert response.status == 200 and response.content_type == "video/mp4"
                 data = await response.read()
     finally:
@@ -244,4 +245,5 @@ async def test_recording_holds_exactly_the_frames_sent(gen_server: RunningServer
     assert len(decoded) == done["frames"] == 40
     assert decoded[0].shape == (240, 320, 3)
     assert [blockcode.read(f) for f in decoded] == list(range(40))
-    assert (await http_json(gen_server, "GET", "/v1/rtc/sessions/unknown/recording"))[0] == 404
+    unknown = f"/v1/rtc/sessions/{client.session_id}x/recording"
+    assert (await http_json(gen_server, "GET", unknown, headers=client.session_headers))[0] == 401

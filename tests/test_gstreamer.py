@@ -111,10 +111,11 @@ async def test_gstreamer_whip_publisher_is_understood_and_its_delete_frees_the_s
     server = await make_server()
     publisher = await GstPeer.start("whip", f"{server.url}/whip")
     try:
+        created = await publisher.wait_for("created")
         await publisher.wait_for("connected")
         assert len(server.registry) == 1
         session_id = next(iter(server.registry))
-        await ask_about_colour_and_tone(server, session_id)
+        await ask_about_colour_and_tone(server, session_id, created["session_token"])
         result = await publisher.finish()
         assert result["state"] == "connected" and result["error"] is None, result
         await wait_until(lambda: session_id not in server.registry, timeout=5)
@@ -130,7 +131,7 @@ async def test_gstreamer_whep_player_decodes_the_generated_video(make_server: Se
     player: GstPeer | None = None
     try:
         await creator.connect()
-        player = await GstPeer.start("whep", f"{server.url}/whep/{creator.session_id}")
+        player = await GstPeer.start("whep", str(creator.view_url))
         await player.wait_for("connected")
         await creator.start(prompt="a red square", fps=16, num_frames=40, size="320x240")
         await creator.wait_event("session.done", timeout=30)

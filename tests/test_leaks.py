@@ -48,7 +48,11 @@ async def one_session(server: RunningServer, ending: str) -> None:
             client.send({"type": "video.query", "text": "keep going"})
             await client.wait_event("response.text.delta")
         if ending == "delete":
-            assert (await http_json(server, "DELETE", f"/v1/rtc/sessions/{client.session_id}"))[0] == 200
+            assert (
+                await http_json(
+                    server, "DELETE", f"/v1/rtc/sessions/{client.session_id}", headers=client.session_headers
+                )
+            )[0] == 200
         elif ending == "video.done":
             client.send({"type": "video.done"})
             await client.wait_event("session.done", timeout=30)

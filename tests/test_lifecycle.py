@@ -56,12 +56,14 @@ async def test_delete_ends_the_session_and_frees_everything(server: RunningServe
     client, peer = await open_session_with_active_turn(server, make_client)
     request_id = next(e["request_id"] for e in client.events if e["type"] == "response.start")
 
-    status, body = await http_json(server, "DELETE", f"/v1/rtc/sessions/{client.session_id}")
+    status, body = await http_json(
+        server, "DELETE", f"/v1/rtc/sessions/{client.session_id}", headers=client.session_headers
+    )
 
     assert status == 200 and body["closed"] is True
     assert request_id in server.engine.recent_aborts
     assert_freed(server, peer)
-    status, _ = await http_json(server, "GET", f"/v1/rtc/sessions/{client.session_id}")
+    status, _ = await http_json(server, "GET", f"/v1/rtc/sessions/{client.session_id}", headers=client.session_headers)
     assert status == 404
     await wait_until(lambda: client.pc.connectionState in ("closed", "failed"), timeout=40)
 
@@ -124,7 +126,9 @@ async def test_stats_report_the_session(server: RunningServer, make_client: Clie
     await client.wait_event("video.frame.ack")
     await asyncio.sleep(0.5)
     await client.ask("hello")
-    status, stats = await http_json(server, "GET", f"/v1/rtc/sessions/{client.session_id}")
+    status, stats = await http_json(
+        server, "GET", f"/v1/rtc/sessions/{client.session_id}", headers=client.session_headers
+    )
     assert status == 200
     assert stats["kind"] == "understand" and stats["connection_state"] == "connected"
     assert stats["frames_received"] > stats["frames_sampled"] >= stats["frames_buffered"] == 1
@@ -153,9 +157,11 @@ async def test_bad_offers_get_400_with_a_json_error(server: RunningServer, body,
     assert len(server.registry) == 0
 
 
-async def test_unknown_sessions_are_404(server: RunningServer) -> None:
-    assert (await http_json(server, "GET", "/v1/rtc/sessions/nope"))[0] == 404
-    assert (await http_json(server, "DELETE", "/v1/rtc/sessions/nope"))[0] == 404
+async def test_unknown_sessions_are_404(make_server: ServerFactory) -> None:
+    server = await make_server(auth_token="operator")  # only the server token opens any session id
+    operator = {"Authorization": "Bearer operator"}
+    assert (await http_json(server, "GET", "/v1/rtc/sessions/nope", headers=operator))[0] == 404
+    assert (await http_json(server, "DELETE", "/v1/rtc/sessions/nope", headers=operator))[0] == 404
 
 
 async def test_healthz(server: RunningServer) -> None:

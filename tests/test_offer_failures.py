@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from rtc_omni.client.peer import GenerateClient
+from rtc_omni.client.peer import ControlClient, GenerateClient
 from rtc_omni.signaling import peer as peer_module
 
 from .conftest import RunningServer, ServerFactory, http_json
@@ -28,8 +28,10 @@ async def usable_offer() -> str:
     return sdp
 
 
-async def post_everywhere(server: RunningServer, sdp: str, session_id: str) -> list[tuple[str, int, str]]:
-    """The offer to all four ways of accepting one: JSON offer, WHIP, controller attach, WHEP."""
+async def post_everywhere(server: RunningServer, sdp: str, running: ControlClient) -> list[tuple[str, int, str]]:
+    """The offer to all four ways of accepting one: JSON offer, WHIP, controller attach and WHEP on
+    the running session (with its session token)."""
+    session_id, opens = running.session_id, running.session_headers
     results = []
     for kind in ("understand", "generate"):
         offer = {"sdp": sdp, "type": "offer", "kind": kind}
@@ -38,9 +40,9 @@ async def post_everywhere(server: RunningServer, sdp: str, session_id: str) -> l
     status, _, text = await http_raw(server, "POST", "/whip", data=sdp, headers=SDP)
     results.append(("whip", status, text))
     offer = {"sdp": sdp, "type": "offer", "kind": "control", "session_id": session_id}
-    status, body = await http_json(server, "POST", "/v1/rtc/offer", json=offer)
+    status, body = await http_json(server, "POST", "/v1/rtc/offer", json=offer, headers=opens)
     results.append(("control", status, str(body)))
-    status, _, text = await http_raw(server, "POST", f"/whep/{session_id}", data=sdp, headers=SDP)
+    status, _, text = await http_raw(server, "POST", f"/whep/{session_id}", data=sdp, headers={**SDP, **opens})
     results.append(("whep", status, text))
     return results
 
@@ -60,7 +62,7 @@ async def test_offers_aiortc_cannot_answer_get_400_and_never_fill_max_sessions(
         assert running.session_id is not None
         bad = mutate(await usable_offer())
         for _ in range(2):  # more bad offers than the two free places
-            for endpoint, status, body in await post_everywhere(server, bad, running.session_id):
+            for endpoint, status, body in await post_everywhere(server, bad, running):
                 assert status == 400, (endpoint, status, body)
                 assert message in body, (endpoint, body)
         assert len(server.registry) == 1
@@ -84,7 +86,7 @@ async def test_any_error_while_accepting_an_offer_is_a_400_and_frees_the_session
             raise KeyError("an aiortc internal")
 
         monkeypatch.setattr(peer_module._PeerLink, "_answer", broken_answer)
-        for endpoint, status, body in await post_everywhere(server, await usable_offer(), running.session_id):
+        for endpoint, status, body in await post_everywhere(server, await usable_offer(), running):
             assert status == 400 and "KeyError" in body, (endpoint, status, body)
         assert len(server.registry) == 1 and not server.registry.get(running.session_id).attached
         monkeypatch.undo()

@@ -40,6 +40,7 @@ class Call:
         self._arrived = asyncio.Event()
         self.recorder: AudioRecorder | None = None
         self.location = ""
+        self.session_token = self.view_token = ""  # the call's capabilities, from its 201's headers
         self.channel.on("message", self._on_message)
         self.pc.on("track", self._on_track)
 
@@ -61,6 +62,7 @@ class Call:
             async with http.post(url, data=sdp, headers={"Content-Type": "application/sdp"}) as response:
                 assert response.status == 201
                 self.location = response.headers["Location"]
+                self.session_token, self.view_token = response.headers["Session-Token"], response.headers["View-Token"]
                 answer = await response.text()
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
         await self.wait("session.created")
@@ -70,6 +72,8 @@ class Call:
         client = AsyncOpenAI(base_url=server.url + "/v1", api_key="sk-test")
         answer = await client.realtime.calls.create(sdp=self.pc.localDescription.sdp, session=session)
         self.location = answer.response.headers["location"]
+        self.session_token = answer.response.headers["session-token"]
+        self.view_token = answer.response.headers["view-token"]
         assert answer.response.status_code == 201
         assert answer.response.headers["content-type"].startswith("application/sdp")
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer.text, type="answer"))
@@ -79,6 +83,11 @@ class Call:
     @property
     def call_id(self) -> str:
         return self.location.rsplit("/", 1)[1]
+
+    @property
+    def opens(self) -> dict[str, str]:
+        """The headers that open the call's own URLs."""
+        return {"Authorization": f"Bearer {self.session_token}"}
 
     def send(self, event: dict[str, Any]) -> None:
         self.channel.send(json.dumps(event))
@@ -102,10 +111,10 @@ async def call() -> AsyncIterator[Call]:
     await peer.pc.close()
 
 
-async def stats_until(server: RunningServer, call_id: str, ready: Any) -> dict[str, Any]:
+async def stats_until(server: RunningServer, call: Call, ready: Any) -> dict[str, Any]:
     async with asyncio.timeout(TIMEOUT_S):
         while True:
-            _status, stats = await http_json(server, "GET", f"/v1/rtc/sessions/{call_id}")
+            _status, stats = await http_json(server, "GET", f"/v1/rtc/sessions/{call.call_id}", headers=call.opens)
             if ready(stats):
                 return stats
             await asyncio.sleep(0.1)
@@ -115,7 +124,7 @@ async def test_the_spoken_answer_names_the_cameras_colour_and_the_microphones_to
     server: RunningServer, call: Call
 ) -> None:
     await call.connect(server, {"type": "realtime", "instructions": "Be brief."})
-    await stats_until(server, call.call_id, lambda s: s["audio_ms_buffered"] >= 1000 and s["camera_frames"] >= 1)
+    await stats_until(server, call, lambda s: s["audio_ms_buffered"] >= 1000 and s["camera_frames"] >= 1)
     mark = len(call.events)
     call.send({"type": "input_audio_buffer.commit"})
     call.send({"type": "response.create"})
@@ -169,9 +178,9 @@ async def test_hang_up_ends_a_call_made_the_older_way(server: RunningServer, cal
     await call.connect_older_form(server)
     assert call.events[0]["session"]["model"] == "qwen3-omni"
     async with aiohttp.ClientSession() as http:
-        async with http.delete(call.location) as response:
+        async with http.delete(call.location, headers=call.opens) as response:
             assert response.status == 200
-        async with http.delete(call.location) as response:
+        async with http.delete(call.location, headers=call.opens) as response:
             assert response.status == 404
     assert server.registry.get(call.call_id) is None
 
@@ -206,7 +215,7 @@ async def test_a_form_without_sdp_or_with_a_bad_session_gets_400(server: Running
 async def test_a_whep_player_hears_the_calls_talker(server: RunningServer, call: Call) -> None:
     await call.connect(server, {"type": "realtime"})
     player = WhepPlayer("audio")
-    await player.play(server, call.call_id)
+    await player.play(server, call.call_id, {"Authorization": f"Bearer {call.view_token}"})
     call.send(
         {
             "type": "conversation.item.create",
@@ -237,7 +246,7 @@ async def test_an_attached_controller_drives_the_call_on_its_own_oai_events_chan
     try:
         await controller.setLocalDescription(await controller.createOffer())
         offer = {"sdp": controller.localDescription.sdp, "type": "offer", "kind": "control", "session_id": call.call_id}
-        status, answer = await http_json(server, "POST", "/v1/rtc/offer", json=offer)
+        status, answer = await http_json(server, "POST", "/v1/rtc/offer", json=offer, headers=call.opens)
         assert status == 200, answer
         await controller.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type="answer"))
         async with asyncio.timeout(TIMEOUT_S):

@@ -81,9 +81,9 @@ async def test_the_media_goes_on_when_the_datachannel_closes(server: RunningServ
     await client.wait_event("video.frame.ack")
     client.channel.close()
     path = f"/v1/rtc/sessions/{client.session_id}"
-    before = (await http_json(server, "GET", path))[1]
+    before = (await http_json(server, "GET", path, headers=client.session_headers))[1]
     await asyncio.sleep(1.5)
-    status, after = await http_json(server, "GET", path)
+    status, after = await http_json(server, "GET", path, headers=client.session_headers)
     assert status == 200 and after["connection_state"] == "connected"
     assert after["frames_received"] > before["frames_received"] + 20
     assert after["audio_ms_buffered"] > before["audio_ms_buffered"]

@@ -8,6 +8,7 @@ the session goes on.
 from __future__ import annotations
 
 from aiortc import RTCSessionDescription
+from yarl import URL
 
 from .conftest import ServerFactory
 from .test_lifecycle import wait_until
@@ -39,8 +40,9 @@ async def test_trickled_candidates_past_the_cap_are_refused_and_the_publisher_go
 
         await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
         await wait_until(lambda: pc.connectionState == "connected", timeout=10)
-        session_id = location.rsplit("/", 1)[1]
-        assert (await http_raw(server, "GET", f"/v1/rtc/sessions/{session_id}"))[0] == 200
+        session_id = URL(location).path.rsplit("/", 1)[1]
+        opens = {"Authorization": f"Bearer {headers['Session-Token']}"}
+        assert (await http_raw(server, "GET", f"/v1/rtc/sessions/{session_id}", headers=opens))[0] == 200
     finally:
         await pc.close()
 

@@ -19,6 +19,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from aiortc.mediastreams import MediaStreamError
 from PIL import Image
+from yarl import URL
 
 from rtc_omni.config import Settings
 from rtc_omni.engines import create_engines
@@ -212,7 +213,9 @@ async def test_a_websocket_generation_reports_where_its_recording_is_fetched(
     start = {"type": "session.start", "prompt": "x", "size": "64x48", "fps": 30, "num_frames": 12, "record": True}
     await client.send(start)
     done = await client.wait_event("session.done", timeout=20)
-    assert done["recording"].startswith("/v1/rtc/sessions/") and done["recording"].endswith("/recording")
+    where = URL(done["recording"])
+    assert where.path.startswith("/v1/rtc/sessions/") and where.path.endswith("/recording")
+    assert where.query["access_token"]  # the session's view token: the socket's client holds no other
     async with aiohttp.ClientSession() as http:
         async with http.get(server.url + done["recording"]) as response:
             assert response.status == 200 and response.content_type == "video/mp4"

@@ -137,7 +137,10 @@ async def test_frames_consumed_lists_the_sampled_frames(server: RunningServer, m
     previous, current = -1, 0
     while previous != current:  # until the frames in flight have arrived
         await asyncio.sleep(0.3)
-        previous, current = current, (await http_json(server, "GET", path))[1]["frames_received"]
+        previous, current = (
+            current,
+            (await http_json(server, "GET", path, headers=client.session_headers))[1]["frames_received"],
+        )
     accepted = [e["frame_id"] for e in client.events if _accepted(e)]
 
     result = await client.ask("what happened?")

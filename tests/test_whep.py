@@ -10,7 +10,7 @@ from aiortc import RTCPeerConnection, RTCRtpReceiver, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
 from rtc_omni.client.media import AudioRecorder, VideoReceiver
-from rtc_omni.client.peer import GenerateClient
+from rtc_omni.client.peer import ControlClient, GenerateClient
 from rtc_omni.signaling import peer as peer_module
 from rtc_omni.signaling.ice import rtc_configuration
 
@@ -20,6 +20,11 @@ from .test_lifecycle import server_tasks, wait_until
 from .test_whip import AUTH, SDP, TOKEN, http_raw
 
 pytestmark = pytest.mark.media
+
+
+def viewing(client: ControlClient) -> dict[str, str]:
+    """The headers of a WHEP player given the client's view token (the view URL's capability)."""
+    return {"Authorization": f"Bearer {client.view_token}"}
 
 
 class WhepPlayer:
@@ -75,8 +80,8 @@ async def test_two_players_share_one_encode_of_the_generated_video(make_server: 
         await creator.connect()
         assert creator.session_id is not None
         for player in players:
-            await player.play(server, creator.session_id)
-        stats = (await http_json(server, "GET", f"/v1/rtc/sessions/{creator.session_id}"))[1]
+            await player.play(server, creator.session_id, viewing(creator))
+        stats = (await http_json(server, "GET", f"/v1/rtc/sessions/{creator.session_id}", headers=viewing(creator)))[1]
         assert stats["shared_encoders"] == {codec: 2} and stats["attached_peers"] == 2
         await creator.start(prompt="a red square", fps=16, num_frames=40, size="320x240")
         await creator.wait_event("session.done", timeout=30)
@@ -98,7 +103,7 @@ async def test_a_player_hears_the_talker_of_an_understanding_session(
     player = WhepPlayer("audio")
     try:
         assert client.session_id is not None
-        await player.play(server, client.session_id)
+        await player.play(server, client.session_id, viewing(client))
         await client.wait_event("video.frame.ack")
         result = await client.ask("What do you see?")
         assert "mostly red" in result.text
@@ -138,7 +143,7 @@ async def test_whep_http_edge_cases(
         assert (await http_raw(server, "OPTIONS", first.location))[1]["Accept-Patch"] == (
             "application/trickle-ice-sdpfrag"
         )
-        assert (await http_raw(server, "DELETE", first.location))[0] == 401
+        assert (await http_raw(server, "DELETE", first.location.split("?")[0]))[0] == 401
         assert (await http_raw(server, "DELETE", first.location, headers=AUTH))[0] == 200
         await wait_until(lambda: first.pc.connectionState in ("closed", "failed"), timeout=40)
     finally:

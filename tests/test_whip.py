@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription
+from yarl import URL
 
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
 from rtc_omni.client.peer import SignalingError, UnderstandClient
@@ -49,8 +50,9 @@ async def test_whip_publisher_with_a_controller(make_server: ServerFactory) -> N
     assert status == 201, answer
     assert headers["Content-Type"] == "application/sdp"
     location = headers["Location"]
-    session_id = location.rsplit("/", 1)[1]
-    assert location == f"{server.url}/whip/{session_id}" and len(session_id) >= 22
+    session_id = URL(location).path.rsplit("/", 1)[1]
+    assert location == f"{server.url}/whip/{session_id}?access_token={headers['Session-Token']}"
+    assert len(session_id) >= 22 and headers["View-Token"] != headers["Session-Token"]
     assert headers["ETag"].startswith('"') and headers["Accept-Patch"] == "application/trickle-ice-sdpfrag"
     assert "a=recvonly" in answer and "a=sendrecv" not in answer and "a=sendonly" not in answer
     await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
@@ -149,8 +151,9 @@ async def test_whip_offer_with_two_video_tracks_is_422(server: RunningServer) ->
         await pc.close()
 
 
-async def test_controller_needs_a_running_session(server: RunningServer) -> None:
-    client = UnderstandClient(server.url, video=None, audio=None)
+async def test_controller_needs_a_running_session(make_server: ServerFactory) -> None:
+    server = await make_server(auth_token=TOKEN)
+    client = UnderstandClient(server.url, video=None, audio=None, token=TOKEN)
     try:
         with pytest.raises(SignalingError) as unknown:
             await client.connect(kind="control", session_id="no-such-session")

@@ -77,9 +77,10 @@ async def start_publisher(server: RunningServer, directory: Path, seconds: float
     )
 
 
-async def ask_about_colour_and_tone(server: RunningServer, session_id: str) -> None:
-    """Attach a controller to the publisher's session; its answer names the colour and the tone."""
-    controller = UnderstandClient(server.url, video=None, audio=None, token=TOKEN)
+async def ask_about_colour_and_tone(server: RunningServer, session_id: str, token: str = TOKEN) -> None:
+    """Attach a controller to the publisher's session (with `token`: the server's, or the session's);
+    its answer names the colour and the tone."""
+    controller = UnderstandClient(server.url, video=None, audio=None, token=token)
     try:
         await controller.connect(kind="control", session_id=session_id)
         await controller.wait_event("video.frame.ack", timeout=10)

@@ -20,7 +20,8 @@ EventFilter = Callable[[dict[str, Any]], bool]
 
 # What to do about a refused offer, by HTTP status.
 REFUSAL_HINTS = {
-    401: "pass the token the server was started with (its --auth-token) as --token",
+    401: "pass the token the server was started with (its --auth-token) as --token (to attach: the session's token)",
+    403: "a view token only watches a session: attaching needs its session token",
     429: "too many new sessions from this address: wait a minute",
     503: "the server is at its session limit: try again shortly",
 }
@@ -99,6 +100,8 @@ class ControlClient:
         self.event_times: list[float] = []
         self._new_event = asyncio.Event()
         self.session_id: str | None = None
+        self.session_token: str | None = None  # controls the session (capabilities: docs/operations.md)
+        self.view_token: str | None = None  # watches it: WHEP, stats, the recording
         self.connect_seconds: float | None = None
 
         if self.channel is not None:
@@ -121,10 +124,23 @@ class ControlClient:
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
+    @property
+    def session_headers(self) -> dict[str, str]:
+        """The headers that open this client's session's URLs (stats, DELETE, the recording)."""
+        return {"Authorization": f"Bearer {self.session_token}"} if self.session_token else self._headers()
+
+    @property
+    def view_url(self) -> str | None:
+        """The WHEP URL that lets anyone holding it watch the session, and nothing more."""
+        if self.session_id is None or self.view_token is None:
+            return None
+        return f"{self.server}/whep/{self.session_id}?access_token={self.view_token}"
+
     async def connect(self, kind: str | None = None, timeout: float = 10.0, session_id: str | None = None) -> None:
         """Offer, apply the answer, and wait until connected with the DataChannel open.
 
-        `kind="control"` with a `session_id` attaches to that running session (e.g. a WHIP publisher's).
+        `kind="control"` with a `session_id` attaches to that running session (e.g. a WHIP
+        publisher's): the client's `token` must then be that session's token (or the server's).
         """
         self._add_transceivers()
         started = time.monotonic()
@@ -149,6 +165,8 @@ class ControlClient:
         if not isinstance(body, dict) or "sdp" not in body:
             raise SignalingError(resp.status, f"not an rtc-omni answer: {str(body)[:200]}")
         self.session_id = body["session_id"]
+        self.session_token = body.get("session_token", self.session_token)
+        self.view_token = body.get("view_token", self.view_token)
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
         try:
             async with asyncio.timeout(timeout):

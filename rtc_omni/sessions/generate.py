@@ -86,6 +86,7 @@ class GenerateSession(Session[proto.ClientMessage, GenerateEngine]):
 
     video: VideoSink
     reserve_recording: Callable[[str, float], Mp4Recorder] | None = None  # RecordingStore.reserve
+    recording_url: str | None = None  # where session.done says the recording is fetched (with its token)
 
     state: GenerateState = "waiting_start"
     request_id: str | None = None
@@ -298,7 +299,7 @@ class GenerateSession(Session[proto.ClientMessage, GenerateEngine]):
         )
         if self.recorder is not None:
             await self.recorder.finish()  # the recording is downloadable once session.done arrives
-            done.recording = proto.RECORDING_PATH.format(session_id=self.session_id)
+            done.recording = self.recording_url
         self._emit(done)
         if self.strict_reference:
             self._close_soon()  # one reference session is one generation

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiohttp import web
+from yarl import URL
 
 from ..config import Settings
 from ..engines import Engines
@@ -23,6 +24,7 @@ from ..sessions.generate import GenerateSession, VideoSink
 from ..sessions.realtime import RealtimeSession
 from ..sessions.recordings import RecordingStore
 from ..sessions.understand import Talker, UnderstandSession
+from .capabilities import SESSION_TOKENS, SessionTokens, with_token
 from .keys import ENGINES, RECORDINGS, SETTINGS
 
 # What a client of a server that does not serve the kind is told (vLLM-Omni's own words).
@@ -59,10 +61,16 @@ class Services:
     settings: Settings
     engines: Engines
     recordings: RecordingStore
+    tokens: SessionTokens
 
     @classmethod
     def of(cls, app: web.Application) -> Services:
-        return cls(app[SETTINGS], app[ENGINES], app[RECORDINGS])
+        return cls(app[SETTINGS], app[ENGINES], app[RECORDINGS], app[SESSION_TOKENS])
+
+    def recording_url(self, session_id: str) -> str:
+        """Where the session's recording is fetched: its path, with the session's view token."""
+        path = URL(generate_proto.RECORDING_PATH.format(session_id=session_id))
+        return with_token(path, self.tokens.token(session_id, "view"))
 
 
 def create_session(
@@ -114,6 +122,7 @@ def create_session(
             send=carrier.send,
             video=carrier.video(),
             reserve_recording=services.recordings.reserve,
+            recording_url=services.recording_url(session_id),
             on_closed=on_closed,
             strict_reference=strict_reference,
         )

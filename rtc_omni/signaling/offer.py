@@ -21,6 +21,7 @@ from ..logs import SESSION_ID
 from ..protocol.generate import RECORDING_PATH
 from ..protocol.validation import describe_validation_error
 from ..sessions.registry import SessionLimitReached, new_session_id
+from .capabilities import access_refusal, checks_its_own_access, requires, session_credentials
 from .factory import Services
 from .keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 from .peer import OFFER_FAILURES, PeerSession, closed_on_failure
@@ -108,7 +109,10 @@ def find_peer_session(request: web.Request, session_id: str) -> PeerSession | No
     return session if isinstance(session, PeerSession) else None
 
 
+@checks_its_own_access
 async def post_offer(request: web.Request) -> web.Response:
+    """A new session (the server token, if there is one), or `kind: "control"` on a running one
+    (its session token)."""
     if request.content_length is not None and request.content_length > MAX_OFFER_BYTES:
         return json_error(413, f"offer larger than {MAX_OFFER_BYTES} bytes")
     if request.content_type != "application/json":
@@ -121,6 +125,10 @@ async def post_offer(request: web.Request) -> web.Response:
         offer = OfferRequest.model_validate(body)
     except ValidationError as exc:
         return json_error(400, f"invalid offer: {describe_validation_error(exc)}")
+    attaching = offer.kind == CONTROL_KIND
+    refused = access_refusal(request, "control" if attaching else None, offer.session_id if attaching else None)
+    if refused is not None:
+        return refused
     engines = request.app[ENGINES]
     if offer.kind not in (*engines.kinds, CONTROL_KIND):
         served = " and ".join(repr(k) for k in (*engines.kinds, CONTROL_KIND))
@@ -128,13 +136,20 @@ async def post_offer(request: web.Request) -> web.Response:
     parsed = parse_sdp(offer.sdp, request.app[SETTINGS].max_remote_candidates)
     if isinstance(parsed, str):
         return json_error(400, parsed)
-    if offer.kind == CONTROL_KIND:
+    if attaching:
         return await _attach_controller(request, offer)
     try:
         peer, answer = await open_session(request.app, offer.kind, offer.sdp)
     except OFFER_REFUSALS as exc:
         return refusal(exc, "offer")
-    return web.json_response({"sdp": answer.sdp, "type": answer.type, "session_id": peer.session_id})
+    return web.json_response(
+        {
+            "sdp": answer.sdp,
+            "type": answer.type,
+            "session_id": peer.session_id,
+            **session_credentials(request, peer.session_id),
+        }
+    )
 
 
 async def _attach_controller(request: web.Request, offer: OfferRequest) -> web.Response:
@@ -151,6 +166,7 @@ async def _attach_controller(request: web.Request, offer: OfferRequest) -> web.R
     return web.json_response({"sdp": answer.sdp, "type": answer.type, "session_id": peer.session_id})
 
 
+@requires("view")
 async def get_session(request: web.Request) -> web.Response:
     session = request.app[REGISTRY].get(request.match_info["session_id"])
     if session is None:
@@ -158,6 +174,7 @@ async def get_session(request: web.Request) -> web.Response:
     return web.json_response(await session.stats())
 
 
+@requires("control")
 async def delete_session(request: web.Request) -> web.Response:
     session = request.app[REGISTRY].get(request.match_info["session_id"])
     if session is None:
@@ -166,6 +183,7 @@ async def delete_session(request: web.Request) -> web.Response:
     return web.json_response({"session_id": session.session_id, "closed": True})
 
 
+@requires("view")
 async def get_recording(request: web.Request) -> web.StreamResponse:
     session_id = request.match_info["session_id"]
     if request.app[RECORDINGS].in_progress(session_id):

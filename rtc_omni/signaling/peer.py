@@ -190,12 +190,17 @@ class _PeerLink:
         self._tasks.spawn(self._connect_deadline())
         return RTCSessionDescription(advertise_public_addresses(sdp, self.settings.ice_public_address), "answer")
 
-    def _control(self) -> tuple[ControlChannels, ControlReceiver]:
-        """Where this connection's `control` DataChannel is bound."""
+    def _control(self) -> tuple[ControlChannels, ControlReceiver] | None:
+        """Where this connection's `control` DataChannel is bound (None: it may not control)."""
         raise NotImplementedError
 
     def _on_datachannel(self, channel: RTCDataChannel) -> None:
-        channels, receiver = self._control()
+        bound = self._control()
+        if bound is None:
+            logger.info("%s: closing DataChannel %r: this peer only watches", self.name, channel.label)
+            channel.close()
+            return
+        channels, receiver = bound
         if channel.label != CHANNEL_LABELS.get(receiver.kind, CONTROL_LABEL) or self._has_channel:
             logger.info("%s: closing unexpected DataChannel %r", self.name, channel.label)
             channel.close()
@@ -343,11 +348,14 @@ class PeerSession(_PeerLink):
         """False for an understanding session whose peer offered no audio (it has no talker)."""
         return self.session.has_output
 
-    async def attach(self, offer: RTCSessionDescription, name: str) -> tuple[AttachedPeer, RTCSessionDescription]:
-        """Answer a further peer on this session (a controller or a viewer); see AttachedPeer."""
+    async def attach(
+        self, offer: RTCSessionDescription, name: str, controls: bool = True
+    ) -> tuple[AttachedPeer, RTCSessionDescription]:
+        """Answer a further peer on this session (a controller, or a viewer: `controls=False`); see
+        AttachedPeer."""
         if len(self.attached) >= MAX_ATTACHED_PEERS:
             raise TooManyPeers(f"session already has {MAX_ATTACHED_PEERS} attached peers")
-        peer = AttachedPeer(self, name)
+        peer = AttachedPeer(self, name, controls)
         self.attached.add(peer)
         async with closed_on_failure(peer):
             answer = await peer.accept(offer)
@@ -428,15 +436,17 @@ def _negotiated_mime_type(transceiver: RTCRtpTransceiver) -> str:
 class AttachedPeer(_PeerLink):
     """A further peer connection on a running session.
 
-    A `control` DataChannel it opens is bound to the session (commands in, events fanned out);
+    A `control` DataChannel it opens is bound to the session (commands in, events fanned out),
+    unless it only watches (`controls` False: a WHEP viewer), whose DataChannels are closed;
     if it offers to receive the session's outgoing media kind, it gets that track encoded once
     for all attached peers using the same codec (media/shared_encode.py). Media it sends is
     drained and ignored. It ends with its own connection or with the session.
     """
 
-    def __init__(self, owner: PeerSession, name: str) -> None:
+    def __init__(self, owner: PeerSession, name: str, controls: bool = True) -> None:
         super().__init__(f"{name} of session {owner.session_id}", owner.settings)
         self.owner = owner
+        self.controls = controls
         self.resource_id = new_session_id()  # a WHEP viewer's resource URL
         self._track: EncodedTrack | None = None
 
@@ -450,8 +460,8 @@ class AttachedPeer(_PeerLink):
             forward_keyframe_requests(self.pc.addTrack(self._track), self._track.request_keyframe)
         return await self._answer()
 
-    def _control(self) -> tuple[ControlChannels, ControlReceiver]:
-        return self.owner.channels, self.owner.session
+    def _control(self) -> tuple[ControlChannels, ControlReceiver] | None:
+        return (self.owner.channels, self.owner.session) if self.controls else None
 
     async def close(self) -> None:
         if self.closed.is_set():

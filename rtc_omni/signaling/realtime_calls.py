@@ -2,8 +2,10 @@
 
 The offer comes as `application/sdp`, or as the SDK's multipart form (an `sdp` part and an
 optional `session` JSON part); `POST /v1/realtime?model=...` with an SDP body is the older form.
-The answer is `201 Created`, `application/sdp`, with `Location: /v1/realtime/calls/{call_id}`;
-`DELETE` on it (or the SDK's `POST .../hangup`) hangs up. The session is a `RealtimeSession` on a
+The answer is `201 Created`, `application/sdp`, with `Location: /v1/realtime/calls/{call_id}` (as
+OpenAI's, so clients read the call id from it) and the call's tokens as headers (capabilities.py);
+`DELETE` on it (or the SDK's `POST .../hangup`) hangs up, with the server token or the call's
+session token. The session is a `RealtimeSession` on a
 `PeerSession`: events on the `oai-events` DataChannel, speech on the audio track (the talker),
 the microphone and an optional camera m-line into the session.
 """
@@ -20,6 +22,7 @@ from pydantic import ValidationError
 
 from ..protocol import realtime as proto
 from ..protocol.validation import describe_validation_error
+from .capabilities import credential_headers, requires
 from .client_secrets import opening_config
 from .keys import ENGINES
 from .offer import OFFER_REFUSALS, find_peer_session, json_error, open_session, parse_sdp, refusal
@@ -93,9 +96,11 @@ async def create_call(request: web.Request) -> web.Response:
     except OFFER_REFUSALS as exc:
         return refusal(exc, "realtime call")
     location = str(request.url.with_path(call_path(peer.session_id)).with_query(None))
-    return web.Response(status=201, text=answer.sdp, content_type=SDP, headers={"Location": location})
+    headers = {"Location": location, **credential_headers(request, peer.session_id)}
+    return web.Response(status=201, text=answer.sdp, content_type=SDP, headers=headers)
 
 
+@requires("control")
 async def hang_up(request: web.Request) -> web.Response:
     peer = find_peer_session(request, request.match_info["call_id"])
     if peer is None or peer.kind != "realtime":

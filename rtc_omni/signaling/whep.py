@@ -2,8 +2,10 @@
 
 `POST /whep/<session id>` takes a player's recvonly `application/sdp` offer and answers
 `201 Created` with a sendonly answer carrying the session's outgoing media (the talker of an
-understanding session, the generated video of a generation session), a viewer `Location`, an
-`ETag` and `Link` ICE servers, exactly as WHIP does. A viewer is an attached peer of the session:
+understanding session, the generated video of a generation session), a viewer `Location` (with
+the session's view token as `access_token`), an `ETag` and `Link` ICE servers, exactly as WHIP
+does. Watching needs the session's view token (or its session token); a viewer never controls the
+session: a DataChannel it opens is closed. A viewer is an attached peer of the session:
 viewers using the same codec share one encode (media/shared_encode.py), and at most
 MAX_ATTACHED_PEERS controllers and viewers fit on one session (503 beyond). `PATCH` trickles
 candidates, `DELETE` ends the viewer only.
@@ -14,6 +16,7 @@ from __future__ import annotations
 from aiohttp import web
 from aiortc import RTCSessionDescription
 
+from .capabilities import SESSION_TOKENS, requires
 from .keys import SETTINGS
 from .offer import OFFER_REFUSALS, find_peer_session, parse_sdp, refusal
 from .peer import AttachedPeer
@@ -35,6 +38,7 @@ async def options(request: web.Request) -> web.Response:
     return preflight(resource="viewer_id" in request.match_info)
 
 
+@requires("view")
 async def post(request: web.Request) -> web.Response:
     peer = find_peer_session(request, request.match_info["session_id"])
     if peer is None:
@@ -49,12 +53,15 @@ async def post(request: web.Request) -> web.Response:
     if not peer.has_outgoing or kind not in {m.kind for m in parsed.media}:
         return cors_error(422, f"this session sends {kind if peer.has_outgoing else 'no media'}; offer to receive it")
     try:
-        viewer, answer = await peer.attach(RTCSessionDescription(sdp=sdp, type="offer"), "WHEP viewer")
+        viewer, answer = await peer.attach(RTCSessionDescription(sdp=sdp, type="offer"), "WHEP viewer", controls=False)
     except OFFER_REFUSALS as exc:
         return refusal(exc, "WHEP offer", cors_error)
-    return created(request, viewer_path(peer.session_id, viewer.resource_id), answer, viewer.pc, viewer.resource_id)
+    view_token = request.app[SESSION_TOKENS].token(peer.session_id, "view")
+    resource = (viewer_path(peer.session_id, viewer.resource_id), view_token)
+    return created(request, resource, answer, viewer.pc, viewer.resource_id)
 
 
+@requires("view")
 async def patch(request: web.Request) -> web.Response:
     viewer = _find_viewer(request)
     if viewer is None:
@@ -62,6 +69,7 @@ async def patch(request: web.Request) -> web.Response:
     return await trickle(request, viewer.pc)
 
 
+@requires("view")
 async def delete(request: web.Request) -> web.Response:
     viewer = _find_viewer(request)
     if viewer is None:

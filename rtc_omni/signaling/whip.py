@@ -1,9 +1,11 @@
 """WHIP ingest (RFC 9725): OBS, FFmpeg and other publishers create understanding sessions.
 
 `POST /whip` takes an `application/sdp` offer and answers `201 Created` with a recvonly answer,
-an unguessable `Location` (the session id), an `ETag` for the ICE session and one `Link` header
-per configured STUN/TURN server. `PATCH` on the Location adds trickled candidates (ICE restarts
-are refused with 422, as the RFC allows), `DELETE` ends the session. Controls and the talker reach
+a `Location` (the session id, and its session token as `access_token`, so that a publisher
+holding no token can end it), the session's tokens (capabilities.py), an `ETag` for the ICE
+session and one `Link` header per configured STUN/TURN server. `PATCH` on the Location adds
+trickled candidates (ICE restarts are refused with 422, as the RFC allows), `DELETE` ends the
+session. Controls and the talker reach
 the session through attached peers (`kind: "control"` on /v1/rtc/offer).
 """
 
@@ -14,6 +16,14 @@ from aiortc import RTCIceCandidate, RTCPeerConnection, RTCSessionDescription
 from aiortc.sdp import SessionDescription, candidate_from_sdp
 from multidict import CIMultiDict
 
+from .capabilities import (
+    SESSION_TOKEN_HEADER,
+    SESSION_TOKENS,
+    VIEW_TOKEN_HEADER,
+    credential_headers,
+    requires,
+    with_token,
+)
 from .ice import configured_ice_servers, link_headers
 from .keys import ENGINES, SETTINGS
 from .offer import OFFER_REFUSALS, find_peer_session, json_error, open_session, parse_sdp, refusal
@@ -23,7 +33,7 @@ SDPFRAG = "application/trickle-ice-sdpfrag"
 WHIP_PATH = "/whip"
 CORS = {
     "Access-Control-Allow-Origin": "*",
-    "Access-Control-Expose-Headers": "Location, ETag, Link, Accept-Patch",
+    "Access-Control-Expose-Headers": f"Location, ETag, Link, Accept-Patch, {SESSION_TOKEN_HEADER}, {VIEW_TOKEN_HEADER}",
 }
 PREFLIGHT = {
     **CORS,
@@ -63,13 +73,21 @@ def preflight(resource: bool) -> web.Response:
 
 
 def created(
-    request: web.Request, path: str, answer: RTCSessionDescription, pc: RTCPeerConnection, name: str
+    request: web.Request,
+    resource: tuple[str, str],
+    answer: RTCSessionDescription,
+    pc: RTCPeerConnection,
+    name: str,
+    extra_headers: dict[str, str] | None = None,
 ) -> web.Response:
-    """The `201 Created` of WHIP and WHEP: the answer, its resource URL, ETag and ICE servers."""
-    location = str(request.url.with_path(path).with_query(None))
+    """The `201 Created` of WHIP and WHEP: the answer, its resource URL (`resource`: the path and
+    the token that opens it), ETag and ICE servers."""
+    path, token = resource
+    location = with_token(request.url.with_path(path), token)
     headers = CIMultiDict(
         {**CORS, "Content-Type": SDP, "Location": location, "ETag": etag(pc), "Accept-Patch": SDPFRAG}
     )
+    headers.update(extra_headers or {})
     for link in link_headers(configured_ice_servers(request.app[SETTINGS], name)):
         headers.add("Link", link)
     return web.Response(status=201, body=answer.sdp.encode(), headers=headers)
@@ -95,9 +113,12 @@ async def post(request: web.Request) -> web.Response:
         peer, answer = await open_session(request.app, "understand", sdp, ingest_only=True)
     except OFFER_REFUSALS as exc:
         return refusal(exc, "WHIP offer", cors_error)
-    return created(request, resource_path(peer.session_id), answer, peer.pc, peer.session_id)
+    session_token = request.app[SESSION_TOKENS].token(peer.session_id, "control")
+    resource = (resource_path(peer.session_id), session_token)
+    return created(request, resource, answer, peer.pc, peer.session_id, credential_headers(request, peer.session_id))
 
 
+@requires("control")
 async def patch(request: web.Request) -> web.Response:
     """Trickle ICE (RFC 8840 fragments): remote candidates in, 204 out; ICE restart is refused."""
     peer = find_peer_session(request, request.match_info["session_id"])
@@ -162,6 +183,7 @@ def _parse_fragment(fragment: str, pc: RTCPeerConnection) -> list[RTCIceCandidat
     return candidates
 
 
+@requires("control")
 async def delete(request: web.Request) -> web.Response:
     peer = find_peer_session(request, request.match_info["session_id"])
     if peer is None:

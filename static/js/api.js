@@ -7,8 +7,8 @@ export function setToken(value) {
   token = value.trim();
 }
 
-function headers(extra = {}) {
-  return token ? { ...extra, Authorization: `Bearer ${token}` } : extra;
+function headers(extra = {}, bearer = token) {
+  return bearer ? { ...extra, Authorization: `Bearer ${bearer}` } : extra;
 }
 
 function url(path) {
@@ -46,7 +46,10 @@ export async function iceServers(timeoutMs = 3000) {
   }
 }
 
-/** POST the offer; returns {sdp, type, session_id} or throws ServerError with the server's reason. */
+/**
+ * POST the offer; returns {sdp, type, session_id, session_token, view_token} or throws ServerError
+ * with the server's reason. The session token opens the session's own URLs below (docs/operations.md).
+ */
 export async function postOffer(sdp, kind, timeoutMs = 15000) {
   let response;
   try {
@@ -65,10 +68,10 @@ export async function postOffer(sdp, kind, timeoutMs = 15000) {
 }
 
 /** The server's stats for a session (GET /v1/rtc/sessions/{id}), or null when unavailable. */
-export async function sessionStats(sessionId) {
+export async function sessionStats(sessionId, sessionToken) {
   try {
     const response = await fetch(url(`v1/rtc/sessions/${encodeURIComponent(sessionId)}`), {
-      headers: headers(),
+      headers: headers({}, sessionToken),
       signal: AbortSignal.timeout(3000),
     });
     return response.ok ? await response.json() : null;
@@ -78,11 +81,11 @@ export async function sessionStats(sessionId) {
 }
 
 /** End a session on the server (best effort: closing the peer connection ends it too). */
-export async function deleteSession(sessionId) {
+export async function deleteSession(sessionId, sessionToken) {
   try {
     await fetch(url(`v1/rtc/sessions/${encodeURIComponent(sessionId)}`), {
       method: "DELETE",
-      headers: headers(),
+      headers: headers({}, sessionToken),
       signal: AbortSignal.timeout(3000),
     });
   } catch {
@@ -91,9 +94,9 @@ export async function deleteSession(sessionId) {
 }
 
 /** The session's MP4 recording as a Blob; throws ServerError when there is none. */
-export async function fetchRecording(sessionId) {
+export async function fetchRecording(sessionId, sessionToken) {
   const response = await fetch(url(`v1/rtc/sessions/${encodeURIComponent(sessionId)}/recording`), {
-    headers: headers(),
+    headers: headers({}, sessionToken),
     signal: AbortSignal.timeout(30000),
   });
   if (!response.ok) throw new ServerError(await describeFailure(response));

@@ -212,7 +212,7 @@ export class GenerateView {
 
   async offerRecording() {
     try {
-      const blob = await fetchRecording(this.session.sessionId);
+      const blob = await fetchRecording(this.session.sessionId, this.session.sessionToken);
       if (this.downloadUrl) URL.revokeObjectURL(this.downloadUrl);
       this.downloadUrl = URL.createObjectURL(blob);
       const link = $("gen-download-link");
@@ -260,7 +260,7 @@ export class GenerateView {
     clearInterval(this.timer);
     this.timer = null;
     if (this.session) {
-      deleteSession(this.session.sessionId);
+      deleteSession(this.session.sessionId, this.session.sessionToken);
       this.session.pc.close();
     }
     this.session = null;

@@ -84,7 +84,7 @@ function opened(pc, channel, addresses) {
 
 /**
  * Connect a session of `kind`. `addMedia(pc)` adds the transceivers before the offer.
- * Returns {pc, channel, sessionId}. Throws Error with a message fit for the page.
+ * Returns {pc, channel, sessionId, sessionToken}. Throws Error with a message fit for the page.
  */
 export async function connectSession(kind, { addMedia, onTrack, onMessage, onState }) {
   const pc = new RTCPeerConnection({ iceServers: await iceServers() });
@@ -111,7 +111,7 @@ export async function connectSession(kind, { addMedia, onTrack, onMessage, onSta
     const send = (message) => {
       if (channel.readyState === "open") channel.send(JSON.stringify(message));
     };
-    return { pc, channel, send, sessionId: answer.session_id };
+    return { pc, channel, send, sessionId: answer.session_id, sessionToken: answer.session_token };
   } catch (error) {
     pc.close();
     throw error;

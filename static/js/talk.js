@@ -206,7 +206,7 @@ export class TalkView {
     for (const timer of this.timers) clearInterval(timer);
     this.timers = [];
     if (session) {
-      deleteSession(session.sessionId);
+      deleteSession(session.sessionId, session.sessionToken);
       session.pc.close();
     }
     for (const turn of this.turns) if (turn.open) turn.setState("interrupted");
@@ -523,7 +523,7 @@ export class TalkView {
 
   async refreshStats() {
     if (!this.session) return;
-    const stats = await sessionStats(this.session.sessionId);
+    const stats = await sessionStats(this.session.sessionId, this.session.sessionToken);
     if (!stats) return;
     if (typeof stats.frames_buffered === "number") this.framesBuffered = stats.frames_buffered;
     $("hud-buffered").textContent = String(stats.frames_buffered ?? "–");
