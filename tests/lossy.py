@@ -4,7 +4,10 @@ This kernel has no netem (`tc qdisc ... netem` fails: "Specified qdisc kind is u
 is made with nftables on the namespace's input hook (a drop on the output hook would fail the
 sender's sendto with EPERM, which no network does). What nftables can emulate: random loss
 (`numgen random mod 100 < 2`) and outages (drop every UDP datagram for a while, `outage` below).
-What it cannot: delay, jitter, reordering, rate limits per flow; those need netem or a UDP relay.
+What it cannot: delay, jitter, reordering, rate limits per flow; those need netem. `delay_datagrams`
+stands in for netem's delay and jitter inside one process: every datagram an ICE agent of that
+process sends leaves after delay ± jitter (uniform), so datagrams overtake each other as on a
+jittery path. The lossy probe runs its server and peers in one process, so both directions see it.
 Only UDP is dropped: media, RTCP, STUN, DTLS and SCTP (the DataChannel) all ride on it, while the
 HTTP signaling (TCP) stays reliable, as it would on a real network with TCP retransmissions.
 
@@ -14,12 +17,17 @@ never touch another test's traffic. Under CI (CI=true) missing tools are a failu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import os
+import random
 import shutil
 import subprocess
 from collections.abc import Iterator
+from typing import Any
+
+from aioice.ice import StunProtocol
 
 from .tools import unavailable
 
@@ -69,3 +77,32 @@ def lossy_namespace() -> Iterator[str]:
         yield name
     finally:
         subprocess.run(["ip", "netns", "delete", name], check=False)
+
+
+class _DelayedTransport:
+    """A datagram transport whose `sendto` hands each datagram to the real one after a random delay."""
+
+    def __init__(self, transport: asyncio.DatagramTransport, delay_s: float, jitter_s: float) -> None:
+        self._transport = transport
+        self._delay_s, self._jitter_s = delay_s, jitter_s
+
+    def sendto(self, data: bytes, addr: Any = None) -> None:
+        delay = max(0.0, self._delay_s + random.uniform(-self._jitter_s, self._jitter_s))
+        asyncio.get_running_loop().call_later(delay, self._send, data, addr)
+
+    def _send(self, data: bytes, addr: Any) -> None:
+        if not self._transport.is_closing():
+            self._transport.sendto(data, addr)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+def delay_datagrams(delay_s: float, jitter_s: float) -> None:
+    """From now on, in this process, every ICE agent's datagram leaves after delay ± jitter."""
+    made = StunProtocol.connection_made
+
+    def connection_made(protocol: StunProtocol, transport: asyncio.BaseTransport) -> None:
+        made(protocol, _DelayedTransport(transport, delay_s, jitter_s))  # type: ignore[arg-type]
+
+    StunProtocol.connection_made = connection_made  # type: ignore[method-assign]

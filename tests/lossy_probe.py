@@ -1,7 +1,8 @@
 """What a user notices on a lossy network: a generation watched by its creator and a WHEP viewer,
-then one spoken understanding turn, through a namespace that drops UDP datagrams (tests/lossy.py).
+one spoken understanding turn, and a WHIP publisher asked about by a controller, through a
+namespace that drops UDP datagrams (tests/lossy.py).
 
-    python -m tests.lossy_probe --loss 2             # 2 % random loss (root, nftables)
+    python -m tests.lossy_probe --loss 2 --delay-ms 30 --jitter-ms 10   # 2 % loss, 30±10 ms delay
     python -m tests.lossy_probe --outage 0.5         # every datagram lost for 0.5 s, twice
 
 It creates its own namespace, runs itself inside it (server and peers in one process, on
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestServer
+from aiortc import RTCSessionDescription
 
 from rtc_omni.app import create_app
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ReceivedVideoFrame, ToneAudioTrack
@@ -30,9 +32,10 @@ from rtc_omni.config import Settings
 from rtc_omni.engines import create_engines
 
 from .conftest import FAST_SETTINGS, RunningServer
-from .lossy import lossy_namespace, outage, set_random_loss
+from .lossy import delay_datagrams, lossy_namespace, outage, set_random_loss
 from .test_generate_rtc import received_through
 from .test_whep import WhepPlayer, viewing
+from .test_whip import SDP, http_raw, publisher_offer
 
 ROOT = Path(__file__).resolve().parent.parent
 FRAMES, FPS, SIZE = 96, 24, "416x240"
@@ -121,6 +124,37 @@ async def understanding_turn(server: RunningServer, namespace: str, outage_s: fl
         await client.close()
 
 
+async def whip_publishing(server: RunningServer, namespace: str, outage_s: float) -> dict[str, Any]:
+    """An OBS-like WHIP publisher (red camera, 440 Hz tone) and a controller's question about it."""
+    pc, offer = await publisher_offer()
+    controller: UnderstandClient | None = None
+    try:
+        status, headers, answer = await http_raw(server, "POST", "/whip", data=offer, headers=SDP)
+        assert status == 201, answer
+        await pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
+        session_id = headers["Location"].split("?")[0].rsplit("/", 1)[1]
+        session = server.registry.get(session_id).session
+        controller = UnderstandClient(server.url, video=None, audio=None, token=headers["Session-Token"])
+        await controller.connect(kind="control", session_id=session_id)
+        await controller.wait_event("video.frame.ack", timeout=20)
+        frames_before, started = session.counters.frames_received, time.monotonic()
+        if outage_s:
+            await network_outage(namespace, outage_s, [])
+        await asyncio.sleep(2.0)  # the publisher keeps sending; the tone fills the audio buffer
+        result = await controller.ask("What do you see and hear?", timeout=60)
+        frames = session.counters.frames_received - frames_before
+        return {
+            "answer": result.text[:300],
+            "errors": result.errors,
+            "publisher_state": pc.connectionState,
+            "frames_received_per_s": round(frames / (time.monotonic() - started), 1),
+        }
+    finally:
+        if controller is not None:
+            await controller.close()
+        await pc.close()
+
+
 async def measure_inside(namespace: str, outage_s: float) -> dict[str, Any]:
     """Run the probe's sessions against an in-process server; call inside the lossy namespace."""
     settings = Settings(
@@ -133,19 +167,22 @@ async def measure_inside(namespace: str, outage_s: float) -> dict[str, Any]:
         return {
             "generation": await generation(server, namespace, outage_s),
             "understanding": await understanding_turn(server, namespace, outage_s),
+            "whip": await whip_publishing(server, namespace, outage_s),
         }
     finally:
         await test_server.close()
 
 
-def measure(loss_percent: int = 0, outage_s: float = 0.0, timeout: float = 150.0) -> dict[str, Any]:
+def measure(
+    loss_percent: int = 0, outage_s: float = 0.0, delay_ms: int = 0, jitter_ms: int = 0, timeout: float = 180.0
+) -> dict[str, Any]:
     """Make a lossy namespace, run the probe inside it, and return its figures."""
     with lossy_namespace() as namespace:
         set_random_loss(namespace, loss_percent)
         command = ["ip", "netns", "exec", namespace, sys.executable, "-m", "tests.lossy_probe", "--inside", namespace]
         environment = {**os.environ, "PYTHONPATH": str(ROOT)}
         done = subprocess.run(
-            [*command, "--outage", str(outage_s)],
+            [*command, "--outage", str(outage_s), "--delay-ms", str(delay_ms), "--jitter-ms", str(jitter_ms)],
             cwd=ROOT,
             env=environment,
             capture_output=True,
@@ -155,19 +192,24 @@ def measure(loss_percent: int = 0, outage_s: float = 0.0, timeout: float = 150.0
         if done.returncode != 0:
             raise RuntimeError(f"lossy probe failed ({done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}")
         figures = json.loads(done.stdout.strip().splitlines()[-1])
-        return {"loss_percent": loss_percent, "outage_s": outage_s, **figures}
+        network = {"loss_percent": loss_percent, "outage_s": outage_s, "delay_ms": delay_ms, "jitter_ms": jitter_ms}
+        return {**network, **figures}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--loss", type=int, default=0, help="percent of UDP datagrams dropped at random")
     parser.add_argument("--outage", type=float, default=0.0, help="seconds of total UDP loss, twice per generation")
+    parser.add_argument("--delay-ms", type=int, default=0, help="one-way delay of every datagram (tests/lossy.py)")
+    parser.add_argument("--jitter-ms", type=int, default=0, help="± this much, uniform, around the delay")
     parser.add_argument("--inside", metavar="NAMESPACE", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inside:
+        if args.delay_ms or args.jitter_ms:
+            delay_datagrams(args.delay_ms / 1000, args.jitter_ms / 1000)
         print(json.dumps(asyncio.run(measure_inside(args.inside, args.outage))))
     else:
-        print(json.dumps(measure(args.loss, args.outage), indent=2))
+        print(json.dumps(measure(args.loss, args.outage, args.delay_ms, args.jitter_ms), indent=2))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """Lossy networks: generated video arrives whole and in order (lost packets are resent on NACK)
-and recovers within a second after an outage, understanding turns still answer and the talker is
-still heard.
+and recovers within a second after an outage, understanding turns still answer, the talker is
+still heard, and a WHIP publisher goes on publishing.
 
-Loss is made by nftables in a namespace of each test's own (tests/lossy.py; this kernel has no
-netem, so there is no delay or jitter here). The figures come from tests/lossy_probe.py, which
-docs/benchmarks.md runs by hand.
+Loss is made by nftables in a namespace of each test's own; this kernel has no netem, so delay and
+jitter are added to every datagram inside the probe's process (tests/lossy.py). The figures come
+from tests/lossy_probe.py, which docs/benchmarks.md runs by hand.
 
 The peers are aiortc's, whose video jitter buffer cannot take back what precedes the first packet
 it received (a lost first packet of the first keyframe costs the frames up to the keyframe its
@@ -46,14 +46,21 @@ def assert_whole_and_in_order(video: dict[str, Any]) -> None:
     assert later == list(range(FRAMES - len(later), FRAMES)), video
 
 
-def test_two_percent_random_loss_loses_no_frame_and_keeps_the_talker_heard() -> None:
+def assert_whip_publishing_continued(whip: dict[str, Any]) -> None:
+    """The controller's question about the publisher is answered, and the camera (30 fps) still arrives."""
+    assert names_red_and_the_tone(whip["answer"]) and not whip["errors"], whip
+    assert whip["publisher_state"] == "connected" and whip["frames_received_per_s"] >= 10, whip
+
+
+def test_two_percent_loss_and_30_ms_of_jittered_delay_lose_no_frame_and_keep_the_talker_heard() -> None:
     require_nftables()
-    figures = measure(loss_percent=2)
+    figures = measure(loss_percent=2, delay_ms=30, jitter_ms=10)
     for watcher in ("creator", "whep_viewer"):
         assert_whole_and_in_order(figures["generation"][watcher])
     turn = figures["understanding"]
     assert names_red_and_the_tone(turn["answer"]) and not turn["errors"], turn
     assert turn["talker_heard_s"] >= 0.75 * turn["talker_spoken_s"] > 0, turn
+    assert_whip_publishing_continued(figures["whip"])
 
 
 def test_video_recovers_within_a_second_of_an_outage_and_the_turn_still_answers() -> None:
@@ -67,3 +74,4 @@ def test_video_recovers_within_a_second_of_an_outage_and_the_turn_still_answers(
     turn = figures["understanding"]
     assert names_red_and_the_tone(turn["answer"]) and not turn["errors"], turn
     assert turn["talker_heard_s"] >= 0.75 * (turn["talker_spoken_s"] - outage_s) > 0, turn
+    assert_whip_publishing_continued(figures["whip"])
