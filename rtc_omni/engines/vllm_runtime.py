@@ -151,6 +151,21 @@ class ChatService:
         params: list[Any] = coerce_param_message_types(self.chat._to_sampling_params_list(per_stage), is_streaming=True)
         return params
 
+    def stage_defaults(self) -> list[dict[str, Any]]:
+        from vllm import SamplingParams
+
+        plain = SamplingParams()
+        defaults: list[dict[str, Any]] = []
+        for params in self.chat.engine_client.default_sampling_params_list:
+            if not isinstance(params, SamplingParams):
+                defaults.append({})  # a diffusion stage: understanding sends it nothing
+                continue
+            # What the deploy set: the public fields that differ from vLLM's own defaults (the output
+            # kind is coerced to streaming anyway).
+            names = [n for n in SamplingParams.__struct_fields__ if not n.startswith("_") and n != "output_kind"]
+            defaults.append({n: getattr(params, n) for n in names if getattr(params, n) != getattr(plain, n)})
+        return defaults
+
 
 class DiffusionParams:
     """vLLM-Omni's parameter helpers for the generation engine, as its streaming video handler uses them."""

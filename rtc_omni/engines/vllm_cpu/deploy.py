@@ -20,6 +20,7 @@ from typing import Any
 
 # What every LLM stage needs on a few CPU cores.
 CPU_STAGE: dict[str, Any] = {
+    "devices": "0",  # vLLM's CPU worker reads it as the NUMA memory node: there is one, not one per GPU
     "enforce_eager": True,  # no CUDA graphs, no compilation
     "async_scheduling": False,
     "gpu_memory_utilization": 0.1,  # a fraction of host RAM on CPU

@@ -69,10 +69,10 @@ def _cpu_worker_builds(runner_cls: type) -> Iterator[None]:
 
 
 class _CPUOmniWorker(OmniWorkerMixin, CPUWorker):
-    runner_cls: type
+    model_runner_cls: type  # read by vLLM-Omni's connector validation (worker.omni_connector_validation)
 
     def init_device(self) -> None:
-        with _cpu_worker_builds(self.runner_cls):
+        with _cpu_worker_builds(self.model_runner_cls):
             super().init_device()
 
     def compile_or_warm_up_model(self) -> Any:
@@ -82,11 +82,11 @@ class _CPUOmniWorker(OmniWorkerMixin, CPUWorker):
 
 
 class CPUARWorker(_CPUOmniWorker):
-    runner_cls = CPUARModelRunner
+    model_runner_cls = CPUARModelRunner
 
 
 class CPUGenerationWorker(_CPUOmniWorker):
-    runner_cls = CPUGenerationModelRunner
+    model_runner_cls = CPUGenerationModelRunner
 
 
 class CPUSDPAImpl(SDPAImpl):
