@@ -319,7 +319,7 @@ def build_qwen2_5_omni(out: Path) -> None:
     keep_rows(model.talker.codec_head.weight, list(range(TALKER_CODES)) + [talker.tts_codec_end_token_id])
     vocoder_out = model.token2wav.code2wav_bigvgan_model.conv_post
     with torch.no_grad():
-        vocoder_out.weight *= 1e6  # a random vocoder's waveform is ~1e-7 RMS; make it audible (~0.1)
+        vocoder_out.weight *= 3e7  # the random vocoder's waveform is ~1e-9 RMS; make it audible (~0.15)
     model.save_pretrained(out)
     dit = config.token2wav_config.dit_config
     torch.save(  # the voices code2wav conditions on (vLLM-Omni loads spk_dict.pt): float32, as in the real file
