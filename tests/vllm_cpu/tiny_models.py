@@ -42,12 +42,13 @@ def write_json(path: Path, value: object) -> None:
 # ----------------------------------------------------------------------------- tokenizers
 
 
-def byte_level_tokenizer(first_special: int, specials: list[str], words: list[str], **kwargs: object) -> object:
+def byte_level_tokenizer(first_special: int | None, specials: list[str], words: list[str], **kwargs: object) -> object:
     """A byte-level BPE tokenizer (GPT-2/Qwen style) with its special tokens from id `first_special` on.
 
     Ids 0-255 are the byte alphabet, then one merge per word in `words` makes a few whole-word
-    tokens; the gap up to `first_special` (where vLLM-Omni expects the specials) is filled with
-    placeholders that no text encodes to. `kwargs` go to PreTrainedTokenizerFast (eos_token, ...)."""
+    tokens; the gap up to `first_special` (where vLLM-Omni expects the specials; None: right after
+    the words) is filled with placeholders that no text encodes to. `kwargs` go to
+    PreTrainedTokenizerFast (eos_token, ...)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from tokenizers.pre_tokenizers import ByteLevel
     from transformers import PreTrainedTokenizerFast
@@ -61,6 +62,7 @@ def byte_level_tokenizer(first_special: int, specials: list[str], words: list[st
                 merges.append((current, piece))
                 vocab[current + piece] = len(vocab)
             current += piece
+    first_special = len(vocab) if first_special is None else first_special
     filler = 0
     while len(vocab) < first_special:
         vocab[f"<|unused_{filler}|>"] = len(vocab)
@@ -97,7 +99,7 @@ def build_wan(out: Path) -> None:
 
     torch.manual_seed(SEED)
     tokenizer = byte_level_tokenizer(
-        0,
+        None,
         ["<pad>", "</s>", "<unk>"],
         WORDS,
         model_max_length=512,
