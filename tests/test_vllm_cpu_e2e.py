@@ -3,8 +3,8 @@ models (tests/vllm_cpu/tiny_models.py), real aiortc peers, what a user would not
 
 The server runs in the vLLM environment (tests/vllm_cpu/env.sh), named by RTC_OMNI_VLLM_PYTHON as
 for the contract checks; the peers run here. Without that environment the module skips (fails
-under CI). A server starts in about a minute on two cores, so each model's server is shared by
-the tests of this module. The models are noise: the tests check plumbing, not answers.
+under CI). A server starts in one to three minutes on two cores, so each model's server is
+shared by the tests of its class. The models are noise: the tests check plumbing, not answers.
 """
 
 from __future__ import annotations
@@ -96,9 +96,9 @@ def serve(python: str, model: Path) -> Iterator[Served]:
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not served.url:
-            line = next(
-                (x for x in log.read_text(errors="replace").splitlines() if x.startswith("rtc-omni: engine=")), ""
-            )
+            # A diffusion stage runs in the server's process, and vLLM prefixes that process's lines.
+            lines = log.read_text(errors="replace").splitlines()
+            line = next((x for x in lines if "rtc-omni: engine=" in x), "")
             if line:
                 served.url = line.split(" on ")[-1].strip()
             elif process.poll() is not None or time.monotonic() > deadline:
@@ -117,13 +117,13 @@ def serve(python: str, model: Path) -> Iterator[Served]:
         log.unlink(missing_ok=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")  # stopped before the next model's server starts
 def qwen25() -> Iterator[Served]:
     python = vllm_python()
     yield from serve(python, build_model(python, "qwen2_5_omni"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def wan() -> Iterator[Served]:
     python = vllm_python()
     yield from serve(python, build_model(python, "wan"))
@@ -138,63 +138,68 @@ async def understand_client(served: Served, config: dict[str, Any]) -> Understan
     return client
 
 
-async def test_qwen25_omni_answers_with_text_and_audible_speech(qwen25: Served) -> None:
-    client = await understand_client(qwen25, SHORT)
-    try:
-        result = await client.ask("What do you see?", timeout=TURN_TIMEOUT_S)
-        second = await client.ask("And now?", timeout=TURN_TIMEOUT_S)
-    finally:
-        await client.close()
-    for turn in (result, second):
-        assert not turn.errors and not turn.cancelled, (turn.errors, qwen25.tail())
-        deltas = "".join(e["delta"] for e in turn.events if e["type"] == "response.text.delta")
-        done = next(e for e in turn.events if e["type"] == "response.text.done")
-        assert deltas and deltas == done["text"] == turn.text
-        assert turn.events[-1]["type"] == "response.audio.done"
-    assert client.recorder is not None
-    voiced = client.recorder.voiced_frames(result.sent_at, result.done_at or time.monotonic())
-    assert voiced > 10, "the talker's speech was not audible at the peer"  # 10 frames: 200 ms
-    for turn in (result, second):
-        heard = [f.at for f in client.recorder.frames if f.at >= turn.sent_at and f.rms >= client.recorder.SILENCE_RMS]
-        first_audio = (heard or [math.nan])[0] - turn.sent_at
-        turn_s = (turn.done_at or math.nan) - turn.sent_at
-        first_text = turn.time_to_first_text or math.nan
-        print(f"\n[vllm-cpu] first text {first_text:.2f} s, first audio {first_audio:.2f} s, turn {turn_s:.2f} s")
+class TestQwen25OmniFullPipeline:
+    """Thinker, talker and code2wav, one server for the class."""
+
+    async def test_answers_with_text_and_audible_speech(self, qwen25: Served) -> None:
+        client = await understand_client(qwen25, SHORT)
+        try:
+            result = await client.ask("What do you see?", timeout=TURN_TIMEOUT_S)
+            second = await client.ask("And now?", timeout=TURN_TIMEOUT_S)
+        finally:
+            await client.close()
+        for turn in (result, second):
+            assert not turn.errors and not turn.cancelled, (turn.errors, qwen25.tail())
+            deltas = "".join(e["delta"] for e in turn.events if e["type"] == "response.text.delta")
+            done = next(e for e in turn.events if e["type"] == "response.text.done")
+            assert deltas and deltas == done["text"] == turn.text
+            assert turn.events[-1]["type"] == "response.audio.done"
+        assert client.recorder is not None
+        voiced = client.recorder.voiced_frames(result.sent_at, result.done_at or time.monotonic())
+        assert voiced > 10, "the talker's speech was not audible at the peer"  # 10 frames: 200 ms
+        for turn in (result, second):
+            heard = [
+                f.at for f in client.recorder.frames if f.at >= turn.sent_at and f.rms >= client.recorder.SILENCE_RMS
+            ]
+            first_audio = (heard or [math.nan])[0] - turn.sent_at
+            turn_s = (turn.done_at or math.nan) - turn.sent_at
+            first_text = turn.time_to_first_text or math.nan
+            print(f"\n[vllm-cpu] first text {first_text:.2f} s, first audio {first_audio:.2f} s, turn {turn_s:.2f} s")
+
+    async def test_an_interrupt_aborts_and_the_next_turn_works(self, qwen25: Served) -> None:
+        client = await understand_client(qwen25, LONG)
+        try:
+            mark = len(client.events)
+            client.send({"type": "video.query", "text": "Tell me a long story."})
+            start = await client.wait_event("response.start", after=mark, timeout=TURN_TIMEOUT_S)
+            await client.wait_event("response.text.delta", after=mark, timeout=TURN_TIMEOUT_S)
+            second = asyncio.ensure_future(client.ask("Stop. What colour?", timeout=TURN_TIMEOUT_S))
+            cancelled = await client.wait_event("response.cancelled", after=mark, timeout=30)
+            assert cancelled["request_id"] == start["request_id"]
+            # vLLM-Omni says it aborted the request (its id carries a suffix of vLLM-Omni's own).
+            aborted = f"Aborted request(s) ['{start['request_id']}"
+            async with asyncio.timeout(30):
+                while aborted not in qwen25.tail(2000):
+                    await asyncio.sleep(0.2)
+            result = await second
+        finally:
+            await client.close()
+        assert not result.errors and not result.cancelled and result.text, (result.errors, qwen25.tail())
+        assert result.events[-1]["type"] == "response.audio.done"
 
 
-async def test_qwen25_omni_interrupt_aborts_and_the_next_turn_works(qwen25: Served) -> None:
-    client = await understand_client(qwen25, LONG)
-    try:
-        mark = len(client.events)
-        client.send({"type": "video.query", "text": "Tell me a long story."})
-        start = await client.wait_event("response.start", after=mark, timeout=TURN_TIMEOUT_S)
-        await client.wait_event("response.text.delta", after=mark, timeout=TURN_TIMEOUT_S)
-        second = asyncio.ensure_future(client.ask("Stop. What colour?", timeout=TURN_TIMEOUT_S))
-        cancelled = await client.wait_event("response.cancelled", after=mark, timeout=30)
-        assert cancelled["request_id"] == start["request_id"]
-        # vLLM-Omni says it aborted the request (its id carries a suffix of vLLM-Omni's own).
-        aborted = f"Aborted request(s) ['{start['request_id']}"
-        async with asyncio.timeout(30):
-            while aborted not in qwen25.tail(2000):
-                await asyncio.sleep(0.2)
-        result = await second
-    finally:
-        await client.close()
-    assert not result.errors and not result.cancelled and result.text, (result.errors, qwen25.tail())
-    assert result.events[-1]["type"] == "response.audio.done"
-
-
-async def test_wan_generates_one_video_to_the_peer(wan: Served) -> None:
-    client = GenerateClient(wan.url)
-    await client.connect()
-    try:
-        sent_at = time.monotonic()
-        await client.start(prompt="a red cat", size="128x128", fps=16, num_frames=17, num_inference_steps=2)
-        done = await client.wait_event("session.done", timeout=TURN_TIMEOUT_S)
-        await asyncio.sleep(0.5)  # the last frames are paced out at 16 fps
-        frames = list(client.receiver.frames) if client.receiver is not None else []
-    finally:
-        await client.close()
-    assert done["frames"] == 17 and not done["stopped"], (done, wan.tail())
-    assert len(frames) == 17 and {(f.width, f.height) for f in frames} == {(128, 128)}
-    print(f"\n[vllm-cpu] Wan: 17 frames in {time.monotonic() - sent_at:.2f} s")
+class TestWan:
+    async def test_generates_one_video_to_the_peer(self, wan: Served) -> None:
+        client = GenerateClient(wan.url)
+        await client.connect()
+        try:
+            sent_at = time.monotonic()
+            await client.start(prompt="a red cat", size="128x128", fps=16, num_frames=17, num_inference_steps=2)
+            done = await client.wait_event("session.done", timeout=TURN_TIMEOUT_S)
+            await asyncio.sleep(0.5)  # the last frames are paced out at 16 fps
+            frames = list(client.receiver.frames) if client.receiver is not None else []
+        finally:
+            await client.close()
+        assert done["frames"] == 17 and not done["stopped"], (done, wan.tail())
+        assert len(frames) == 17 and {(f.width, f.height) for f in frames} == {(128, 128)}
+        print(f"\n[vllm-cpu] Wan: 17 frames in {time.monotonic() - sent_at:.2f} s")
