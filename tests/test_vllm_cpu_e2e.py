@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
@@ -186,6 +187,24 @@ class TestQwen25OmniFullPipeline:
             await client.close()
         assert not result.errors and not result.cancelled and result.text, (result.errors, qwen25.tail())
         assert result.events[-1]["type"] == "response.audio.done"
+
+    async def test_a_talker_killed_by_its_parameters_makes_health_fail_and_turns_say_why(self, qwen25: Served) -> None:
+        # Last in the class: it kills the server's talker stage for good. Without a repetition
+        # penalty vLLM drops the prompt token ids the Qwen2.5-Omni talker needs (docs/vllm.md).
+        fatal = {"sampling_params_list": [{"max_tokens": 4}, {"max_tokens": 8, "repetition_penalty": 1.0}]}
+        client = await understand_client(qwen25, fatal)
+        try:
+            first = await client.ask("Hello?", timeout=TURN_TIMEOUT_S)
+            second = await client.ask("Anyone?", timeout=TURN_TIMEOUT_S)
+        finally:
+            await client.close()
+        assert first.errors == ["Query processing failed"], (first.errors, qwen25.tail())
+        error = next(e for e in second.events if e["type"] == "error")
+        assert "engine is down (Stage-1 has no live replica)" in error.get("detail", ""), (error, qwen25.tail())
+        async with aiohttp.ClientSession() as http:
+            async with http.get(qwen25.url + "/healthz") as response:
+                assert response.status == 503
+                assert "Stage-1" in (await response.json())["detail"]
 
 
 class TestWan:

@@ -106,7 +106,8 @@ class FakeOmni:
 
     async def check_health(self) -> None:
         if self.dead_stage is not None:
-            raise RuntimeError(f"Stage-{self.dead_stage} has no live replica")
+            # vLLM-Omni's OmniEngineDeadError: vLLM's generic message, then what is dead.
+            raise RuntimeError("EngineCore encountered an issue.", f"Stage-{self.dead_stage} has no live replica")
 
     async def generate(self, **kwargs: Any) -> AsyncIterator[FakeOutput]:
         request_id = kwargs["request_id"]

@@ -88,7 +88,8 @@ async def engine_down(client: Any) -> str | None:
         if asyncio.iscoroutine(result):
             await result
     except Exception as exc:
-        return error_text(exc)
+        # vLLM-Omni's EngineDeadError carries vLLM's generic message first, the stage's state last.
+        return str(exc.args[-1]) if len(exc.args) > 1 else error_text(exc)
     return None
 
 
