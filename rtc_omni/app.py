@@ -29,16 +29,20 @@ STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 
 
 async def healthz(request: web.Request) -> web.Response:
+    """200 while every served kind works; 503 with the reason once an engine broke for good."""
     settings = request.app[SETTINGS]
-    return web.json_response(
-        {
-            "status": "ok",
-            "engine": settings.engine,
-            "model": settings.model,
-            "kinds": request.app[ENGINES].kinds,
-            "sessions": len(request.app[REGISTRY]),
-        }
-    )
+    engines = request.app[ENGINES]
+    problem = await engines.health()
+    body: dict[str, object] = {
+        "status": "ok" if problem is None else "unhealthy",
+        "engine": settings.engine,
+        "model": settings.model,
+        "kinds": engines.kinds,
+        "sessions": len(request.app[REGISTRY]),
+    }
+    if problem is not None:
+        body["detail"] = problem
+    return web.json_response(body, status=200 if problem is None else 503)
 
 
 async def index(request: web.Request) -> web.FileResponse:

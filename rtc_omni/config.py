@@ -27,8 +27,8 @@ class Settings(BaseModel):
     port: int = Field(8080, ge=0, le=65535, description="HTTP listen port (0 picks a free one).")
     engine: Literal["synthetic", "vllm", "remote"] = Field(
         "synthetic",
-        description="Model engine: the embedded CPU engines, vLLM-Omni in-process (GPU), or 'remote': every "
-        "session bridged to the --upstream servers.",
+        description="Model engine: the embedded CPU engines, vLLM-Omni in-process (GPU, or CPU for tiny models), "
+        "or 'remote': every session bridged to the --upstream servers.",
     )
     model: str | None = Field(
         None,
@@ -36,7 +36,16 @@ class Settings(BaseModel):
         "model names pass through to the upstream, which checks them); with --engine vllm, the model id or "
         "path to load.",
     )
-    deploy_config: str | None = Field(None, description="--engine vllm: vLLM-Omni deploy config YAML.")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="--engine vllm: where the model runs. 'auto' follows the installed vLLM (its CPU build: cpu). "
+        "'cpu' needs vLLM's CPU build (docs/vllm.md) and applies rtc-omni's CPU deploy settings unless "
+        "--deploy-config is given.",
+    )
+    deploy_config: str | None = Field(
+        None,
+        description="--engine vllm: vLLM-Omni deploy config YAML (on CPU it replaces rtc-omni's CPU deploy settings).",
+    )
     stage_overrides: str | None = Field(None, description="--engine vllm: vLLM-Omni stage overrides as JSON.")
     engine_arg: list[str] = Field(
         default_factory=list,

