@@ -21,13 +21,14 @@ from __future__ import annotations
 import copy
 import importlib.metadata
 import logging
+import os
 from contextlib import AsyncExitStack
 from types import SimpleNamespace
 from typing import Any
 
 from ..config import Settings
 from .vllm_cpu import PLATFORM, vllm_runs_on_cpu
-from .vllm_cpu.deploy import cpu_deploy_config
+from .vllm_cpu.deploy import CPU_ENVIRONMENT, cpu_deploy_config
 from .vllm_omni import OmniGenerateEngine, OmniUnderstandEngine
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ def serve_argv(settings: Settings) -> list[str]:
 def on_device(settings: Settings) -> Settings:
     """The settings for where the model will run: on CPU (`--device cpu`, or `auto` with vLLM's
     CPU build installed) they carry the CPU deploy settings for the model's layout, unless the
-    user gave a deploy config."""
+    user gave a deploy config. On CPU it also sets `CPU_ENVIRONMENT` for the stage processes."""
     on_cpu = vllm_runs_on_cpu()
     if settings.device == "cpu" and not on_cpu:
         raise EngineUnavailable(f"--device cpu needs {CPU_HINT}; the installed vLLM is not its CPU build")
@@ -81,6 +82,8 @@ def on_device(settings: Settings) -> Settings:
             f"vLLM-Omni resolved {platform.__name__}, not rtc-omni's CPU platform: install rtc-omni into the vLLM "
             f"environment so that vLLM-Omni finds its vllm_omni.platform_plugins entry point ({CPU_HINT})"
         )
+    for key, value in CPU_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
     if settings.deploy_config:
         return settings
     assert settings.model is not None
