@@ -25,7 +25,7 @@ class Plan:
     audio_turns: int = 8
     generate_seconds: float = 20.0
     generate_chunks: int = 15
-    understand_sessions: tuple[int, ...] = (1, 2, 4, 8, 12, 16)
+    understand_sessions: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16, 20)
     generate_streams: tuple[int, ...] = (1, 2, 4)
     capacity_seconds: float = 15.0
     codecs: tuple[str, ...] = ("vp8", "h264")
