@@ -4,13 +4,19 @@ printed by the benchmark, not asserted here)."""
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiortc.codecs.vpx import vp8_depayload
+from aiortc.rtcdtlstransport import RTCDtlsTransport
+from aiortc.rtp import RtpPacket, is_rtcp
 
-from rtc_omni.bench import report, run, understand, websocket
+from rtc_omni.bench import replay, report, run, understand, websocket
 from rtc_omni.bench.cli import plan_from
 from rtc_omni.cli import build_parser
+from rtc_omni.client.peer import UnderstandClient
 
 
 def test_bench_arguments_choose_the_plan() -> None:
@@ -19,6 +25,62 @@ def test_bench_arguments_choose_the_plan() -> None:
     assert args.json == Path("out.json")
     assert plan.understand_sessions == (1,) and plan.peer_python is None
     assert plan_from(build_parser().parse_args(["bench"])) == run.FULL
+    sweep = plan_from(build_parser().parse_args(["bench", "--sessions-only", "--server-args=--workers 2"]))
+    assert sweep.sessions_only and sweep.server_args == ("--workers", "2")
+
+
+async def _outbound_ssrcs(client: UnderstandClient) -> dict[str, int]:
+    report = await client.pc.getStats()
+    return {s.kind: s.ssrc for s in report.values() if s.type == "outbound-rtp"}
+
+
+def _video_frames(packets: list[RtpPacket]) -> list[bytes]:
+    """The VP8 frames a stream carried, without the per-sender payload descriptors, in order."""
+    frames: list[bytes] = []
+    part = b""
+    for packet in sorted(packets, key=lambda p: p.sequence_number):
+        part += vp8_depayload(packet.payload)
+        if packet.marker:
+            frames.append(part)
+            part = b""
+    return frames
+
+
+@pytest.mark.media
+async def test_replaying_peers_send_the_loop_under_their_own_ssrcs(server, monkeypatch) -> None:
+    """Two load-generator peers send the same pre-encoded camera and mic, each under its own SSRC,
+    and the server decodes and samples the camera of both."""
+    sent: dict[int, list[RtpPacket]] = defaultdict(list)
+    send_rtp = RTCDtlsTransport._send_rtp
+
+    async def recording_send_rtp(self: RTCDtlsTransport, data: bytes) -> Any:
+        if not is_rtcp(data):
+            packet = RtpPacket.parse(data)
+            if len(sent[packet.ssrc]) < 1000:
+                sent[packet.ssrc].append(packet)
+        return await send_rtp(self, data)
+
+    monkeypatch.setattr(RTCDtlsTransport, "_send_rtp", recording_send_rtp)
+    clients = [replay.replaying_client(server.url) for _ in range(2)]
+    try:
+        for client in clients:
+            await client.connect()
+            await client.configure(enable_frame_filter=False)
+        for client in clients:  # two sampled frames: half a second of camera at the default 2 fps
+            first = await client.wait_event("video.frame.ack")
+            await client.wait_event("video.frame.ack", after=client.events.index(first) + 1)
+        ssrcs = [await _outbound_ssrcs(client) for client in clients]
+    finally:
+        for client in clients:
+            await client.close()
+
+    assert ssrcs[0]["video"] != ssrcs[1]["video"] and ssrcs[0]["audio"] != ssrcs[1]["audio"]
+    camera, mic = replay.encode_camera(), replay.encode_mic()
+    for peer in ssrcs:
+        frames = _video_frames(sent[peer["video"]])
+        assert len(frames) >= 10 and frames == list(camera.frames[: len(frames)])
+        audio = [p.payload for p in sent[peer["audio"]]]
+        assert len(audio) >= 20 and audio == list(mic.frames[: len(audio)])
 
 
 @pytest.mark.media

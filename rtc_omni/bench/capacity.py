@@ -1,4 +1,9 @@
-"""N concurrent sessions against one server: CPU per session, ingest p95, turns completed."""
+"""N concurrent sessions against one server: CPU per session, ingest p95, turns completed.
+
+Understanding sessions are fed by the replaying load generator (`replay`): every peer sends the
+same pre-encoded camera and mic, so the benchmark's process stays light and N is bounded by the
+server. Sessions sample at the default `sample_fps`, as a user's would.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +12,25 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from ..client.media import ToneAudioTrack
 from ..client.peer import GenerateClient, UnderstandClient
-from .common import CpuMeter, ack_latencies, percentile
+from ..protocol.understand import SessionConfig
+from .common import CpuMeter, ack_latencies, percentile, process_tree
 from .generate import FPS, HEIGHT, WIDTH
-from .understand import SAMPLE_FPS, camera
+from .replay import ReplayTrack, replaying_client
 
+SAMPLE_FPS: float = SessionConfig.model_fields["sample_fps"].default
 TURN_EVERY_S = 5.0
 INGEST_P95_LIMIT_S = 0.100
+WARM_UP_S = 2.0
 
 
 @dataclass
 class CapacityPoint:
     sessions: int
-    server_cpu_s_per_s: float  # the whole server process
-    client_cpu_s_per_s: float  # this process: the peers' encoding and decoding, on the same cores
-    ingest_p95_ms: float | None = None  # understanding only
+    server_cpu_s_per_s: float  # the whole server: its process and any workers it started
+    client_cpu_s_per_s: float  # this process: the peers, on the same cores
+    ingest_p50_ms: float | None = None  # understanding only
+    ingest_p95_ms: float | None = None
     turns_sent: int = 0
     turns_completed: int = 0
     frames_missing: int = 0  # generation only
@@ -47,17 +55,29 @@ async def _completed_turns(client: UnderstandClient, sent: int, timeout: float) 
         await asyncio.sleep(0.1)
 
 
+def server_meter(server_pid: int) -> CpuMeter:
+    """CPU of the server's process tree, then of this process (the peers) last."""
+    return CpuMeter([*process_tree(server_pid), os.getpid()])
+
+
+async def idle_cpu(server_pid: int, seconds: float) -> float:
+    """The server's CPU-seconds per second with no session: the baseline under every point."""
+    meter = server_meter(server_pid)
+    await asyncio.sleep(seconds)
+    return sum(meter.per_second()[:-1])
+
+
 async def understand_point(url: str, server_pid: int, sessions: int, seconds: float) -> CapacityPoint:
-    """`sessions` cameras (640x480@30 VP8) + mics, talker out, a turn every 5 s each (staggered)."""
-    videos = [camera() for _ in range(sessions)]
-    clients = [UnderstandClient(url, video=v, audio=ToneAudioTrack(), video_codec="vp8") for v in videos]
+    """`sessions` replayed cameras (640x480@30 VP8) + mics (Opus), talker on, a turn every 5 s each
+    (staggered)."""
+    clients = [replaying_client(url) for _ in range(sessions)]
     try:
         for client in clients:
             await client.connect(timeout=30)
             await client.configure(sample_fps=SAMPLE_FPS, enable_frame_filter=False)
-        await asyncio.sleep(2.0)  # steady state
+        await asyncio.sleep(WARM_UP_S)  # steady state
         marks = [len(c.events) for c in clients]
-        meter = CpuMeter([server_pid, os.getpid()])
+        meter = server_meter(server_pid)
         started = time.monotonic()
         sent = [0] * sessions
         while (now := time.monotonic() - started) < seconds:
@@ -66,22 +86,28 @@ async def understand_point(url: str, server_pid: int, sessions: int, seconds: fl
                     client.send({"type": "video.query", "text": f"what now {sent[i]}?"})
                     sent[i] += 1
             await asyncio.sleep(0.05)
-        server_cpu, client_cpu = meter.per_second()
-        ingest = [lat for c, v, m in zip(clients, videos, marks) for lat in ack_latencies(c, v, skip=0, after=m)]
+        *server_cpu, client_cpu = meter.per_second()
+        ingest = [lat for c, m in zip(clients, marks) for lat in ack_latencies(c, _camera(c), skip=0, after=m)]
         completed = [await _completed_turns(c, n, timeout=TURN_EVERY_S * 2) for c, n in zip(clients, sent)]
     finally:
         await asyncio.gather(*(c.close() for c in clients))
-    p95 = percentile(ingest, 95) if ingest else None
+    p50, p95 = (percentile(ingest, 50), percentile(ingest, 95)) if ingest else (None, None)
     return CapacityPoint(
         sessions=sessions,
-        server_cpu_s_per_s=server_cpu,
+        server_cpu_s_per_s=sum(server_cpu),
         client_cpu_s_per_s=client_cpu,
+        ingest_p50_ms=None if p50 is None else round(p50 * 1000, 1),
         ingest_p95_ms=None if p95 is None else round(p95 * 1000, 1),
         turns_sent=sum(sent),
         turns_completed=sum(completed),
         ok=p95 is not None and p95 < INGEST_P95_LIMIT_S and sum(completed) == sum(sent),
         ingest_s=ingest,
     )
+
+
+def _camera(client: UnderstandClient) -> ReplayTrack:
+    assert isinstance(client.video, ReplayTrack)
+    return client.video
 
 
 async def generate_point(url: str, server_pid: int, streams: int, seconds: float) -> CapacityPoint:
@@ -91,7 +117,7 @@ async def generate_point(url: str, server_pid: int, streams: int, seconds: float
     try:
         for client in clients:
             await client.connect(timeout=30)
-        meter = CpuMeter([server_pid, os.getpid()])
+        meter = server_meter(server_pid)
         await asyncio.gather(
             *(
                 c.start(prompt=f"stream {i}", size=f"{WIDTH}x{HEIGHT}", fps=FPS, num_frames=num_frames)
@@ -99,7 +125,7 @@ async def generate_point(url: str, server_pid: int, streams: int, seconds: float
             )
         )
         dones = await asyncio.gather(*(c.wait_event("session.done", timeout=seconds * 4 + 30) for c in clients))
-        server_cpu, client_cpu = meter.per_second()
+        *server_cpu, client_cpu = meter.per_second()
         await asyncio.sleep(0.3)
         missing, rates = 0, []
         for client, done in zip(clients, dones):
@@ -111,7 +137,7 @@ async def generate_point(url: str, server_pid: int, streams: int, seconds: float
         await asyncio.gather(*(c.close() for c in clients))
     return CapacityPoint(
         sessions=streams,
-        server_cpu_s_per_s=server_cpu,
+        server_cpu_s_per_s=sum(server_cpu),
         client_cpu_s_per_s=client_cpu,
         frames_missing=missing,
         min_fps=round(min(rates), 2),

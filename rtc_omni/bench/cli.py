@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -19,11 +20,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, help="write the figures and raw samples here")
     parser.add_argument("--plots", type=Path, help="draw latency.png and capacity.png into this folder")
     parser.add_argument("--seconds", type=float, help="length of each ingest and WebSocket run")
+    parser.add_argument("--capacity-seconds", type=float, help="length of each capacity point, after 2 s of warm-up")
     parser.add_argument("--max-sessions", type=int, help="largest N of understanding sessions in the capacity sweep")
     parser.add_argument(
         "--peer-python", help="interpreter with pipecat-ai[webrtc] for the pipecat comparison (default: this one)"
     )
     parser.add_argument("--no-peer", action="store_true", help="skip the comparison with pipecat's WebRTC server")
+    parser.add_argument(
+        "--sessions-only",
+        action="store_true",
+        help="only the understanding capacity sweep and the pipecat comparison (a few minutes)",
+    )
+    parser.add_argument(
+        "--server-args",
+        default="",
+        metavar="ARGS",
+        help="extra `rtc-omni serve` arguments for the capacity sweep's server, e.g. --server-args='--workers 2'",
+    )
 
 
 def plan_from(args: argparse.Namespace) -> Plan:
@@ -33,12 +46,18 @@ def plan_from(args: argparse.Namespace) -> Plan:
     changes: dict[str, Any] = {}
     if args.seconds is not None:
         changes["seconds"] = args.seconds
+    if args.capacity_seconds is not None:
+        changes["capacity_seconds"] = args.capacity_seconds
     if args.max_sessions is not None:
         changes["understand_sessions"] = tuple(n for n in plan.understand_sessions if n <= args.max_sessions)
     if args.peer_python is not None:
         changes["peer_python"] = args.peer_python
     if args.no_peer:
         changes["peer_python"] = None
+    if args.sessions_only:
+        changes["sessions_only"] = True
+    if args.server_args:
+        changes["server_args"] = tuple(shlex.split(args.server_args))
     return dataclasses.replace(plan, **changes)
 
 

@@ -11,8 +11,9 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
-from ..client.media import AudioRecorder, ColourVideoTrack
+from ..client.media import AudioRecorder
 from ..client.peer import ControlClient
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -45,6 +46,24 @@ def process_cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants alive now: a server and the workers it started."""
+    found, index = [pid], 0
+    while index < len(found):
+        try:
+            tasks = os.listdir(f"/proc/{found[index]}/task")
+        except FileNotFoundError:
+            tasks = []
+        for task in tasks:
+            try:
+                with open(f"/proc/{found[index]}/task/{task}/children") as children:
+                    found.extend(int(child) for child in children.read().split())
+            except FileNotFoundError:
+                pass
+        index += 1
+    return found
 
 
 @dataclass
@@ -126,7 +145,13 @@ def silent_from(recorder: AudioRecorder, since: float, run: int = 3) -> float | 
     return None
 
 
-def ack_latencies(client: ControlClient, video: ColourVideoTrack, skip: int = 5, after: int = 0) -> list[float]:
+class SentFrames(Protocol):
+    """A camera track that remembers when it handed out each frame, by pts (90 kHz ticks)."""
+
+    sent_at: dict[int, float]
+
+
+def ack_latencies(client: ControlClient, video: SentFrames, skip: int = 5, after: int = 0) -> list[float]:
     """RTP frame sent -> its `video.frame.ack` received, matched by pts, for events from index
     `after` on; the first `skip` acks are the connection's warm-up (keyframe, jitter buffer)."""
     latencies = []

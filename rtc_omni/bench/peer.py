@@ -1,6 +1,6 @@
-"""CPU per session of another Python WebRTC server (pipecat's SmallWebRTCTransport) doing the same
-ingest plus an audio echo, against rtc-omni's figure from the same run: is aiortc, as rtc-omni uses
-it, as cheap as its best-known Python peer?"""
+"""CPU per session of another Python WebRTC server (pipecat's SmallWebRTCTransport) fed by the same
+replayed peers, doing the same ingest plus an audio echo: is aiortc, as rtc-omni uses it, as cheap
+as its best-known Python peer?"""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ..client.media import ToneAudioTrack
 from ..client.peer import UnderstandClient, prefer_video_codec
-from .common import CpuMeter, free_port, stop, wait_healthy
-from .understand import camera
+from .capacity import SAMPLE_FPS, WARM_UP_S, server_meter
+from .common import free_port, stop, wait_healthy
+from .replay import replaying_client
 
 PIPECAT = "pipecat-ai[webrtc]==1.14.0"  # as pinned in the [bench] extra
 SERVER_SCRIPT = Path(__file__).with_name("pipecat_server.py")
@@ -37,37 +37,33 @@ def unavailable(python: str) -> str | None:
     return None
 
 
-async def compare(python: str, seconds: float, rtc_omni_points: list[dict[str, Any]]) -> dict[str, Any]:
-    reason = unavailable(python)
-    if reason is None and not rtc_omni_points:
-        reason = "rtc-omni's one-session capacity figure is missing"
-    if reason is not None:
-        return {"skipped": reason}
+async def measure(python: str, sessions: int, seconds: float) -> dict[str, Any]:
+    """`sessions` replayed peers against one pipecat server: its CPU-seconds per second, and how
+    many peers heard their mic echoed back (the pipeline ran for each)."""
     port = free_port()
     process = subprocess.Popen(
-        [python, str(SERVER_SCRIPT), str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [python, str(SERVER_SCRIPT), str(port), str(SAMPLE_FPS)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url + "/healthz", process)
-        client = AudioFirstClient(url, video=camera(), audio=ToneAudioTrack())
+        clients = [replaying_client(url, AudioFirstClient) for _ in range(sessions)]
         try:
-            await client.connect(timeout=30)
-            await asyncio.sleep(2.0)  # steady state, as for rtc-omni's figure
-            meter = CpuMeter([process.pid])
+            for client in clients:
+                await client.connect(timeout=30)
+            await asyncio.sleep(WARM_UP_S)  # steady state, as for rtc-omni's figure
+            meter = server_meter(process.pid)
             await asyncio.sleep(seconds)
-            cpu = meter.per_second()[0]
-            assert client.recorder is not None
-            echoed = client.recorder.voiced_frames() > 0
+            *server_cpu, client_cpu = meter.per_second()
+            echoed = sum(1 for c in clients if c.recorder is not None and c.recorder.voiced_frames() > 0)
         finally:
-            await client.close()
+            await asyncio.gather(*(c.close() for c in clients))
     finally:
         stop(process)
-    ours = rtc_omni_points[0]["server_cpu_s_per_s"]
     return {
-        "name": "pipecat SmallWebRTCTransport " + PIPECAT.split("==")[1],
-        "cpu_s_per_s": round(cpu, 3),
+        "sessions": sessions,
+        "server_cpu_s_per_s": round(sum(server_cpu), 3),
+        "server_cpu_s_per_s_per_session": round(sum(server_cpu) / sessions, 3),
+        "client_cpu_s_per_s": round(client_cpu, 3),
         "echo_heard": echoed,
-        "rtc_omni_cpu_s_per_s": ours,
-        "ratio": round(cpu / ours, 2) if ours else None,
     }

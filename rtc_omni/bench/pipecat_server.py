@@ -1,9 +1,9 @@
 """Another Python WebRTC server to compare CPU with: pipecat's SmallWebRTCTransport doing the same
-ingest (camera sampled at 10 fps, mic) plus an audio echo, on 127.0.0.1 only.
+ingest (camera sampled at rtc-omni's rate, mic) plus an audio echo, on 127.0.0.1 only.
 
 Run by `rtc_omni.bench.peer` with an interpreter that has `pipecat-ai[webrtc]` (the `[bench]`
 extra's pin); it speaks our offer endpoint's shape so the same headless client connects to it.
-Usage: python pipecat_server.py PORT
+Usage: python pipecat_server.py PORT SAMPLE_FPS
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.transports.base_transport import TransportParams
 from pipecat.transports.smallwebrtc.connection import SmallWebRTCConnection
 from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
-
-SAMPLE_FPS = 10
 
 
 def _loopback_only(use_ipv4: bool, use_ipv6: bool) -> list[str]:
@@ -44,13 +42,13 @@ class Echo(FrameProcessor):
             await self.push_frame(frame, direction)
 
 
-async def run_pipeline(connection: SmallWebRTCConnection) -> None:
+async def run_pipeline(connection: SmallWebRTCConnection, sample_fps: float) -> None:
     params = TransportParams(audio_in_enabled=True, audio_out_enabled=True, video_in_enabled=True)
     transport = SmallWebRTCTransport(connection, params)
 
     @transport.event_handler("on_client_connected")
     async def on_connected(transport: SmallWebRTCTransport, client: object) -> None:
-        await transport.capture_participant_media("camera", framerate=SAMPLE_FPS)
+        await transport.capture_participant_media("camera", framerate=sample_fps)
 
     @transport.event_handler("on_client_disconnected")
     async def on_disconnected(transport: SmallWebRTCTransport, client: object) -> None:
@@ -64,7 +62,7 @@ async def offer(request: web.Request) -> web.Response:
     body = await request.json()
     connection = SmallWebRTCConnection(ice_servers=[])
     await connection.initialize(sdp=body["sdp"], type=body["type"])
-    request.app["tasks"].add(asyncio.ensure_future(run_pipeline(connection)))
+    request.app["tasks"].add(asyncio.ensure_future(run_pipeline(connection, request.app["sample_fps"])))
     answer = connection.get_answer()
     return web.json_response({"session_id": uuid.uuid4().hex, "sdp": answer["sdp"], "type": answer["type"]})
 
@@ -76,6 +74,7 @@ async def healthz(request: web.Request) -> web.Response:
 def main() -> None:
     app = web.Application()
     app["tasks"] = set()
+    app["sample_fps"] = float(sys.argv[2])
     app.router.add_post("/v1/rtc/offer", offer)
     app.router.add_get("/healthz", healthz)
     web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)

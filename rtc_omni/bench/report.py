@@ -16,41 +16,24 @@ def _ms(stats: dict[str, float]) -> str:
 
 
 def rows(result: Result) -> list[tuple[str, str]]:
-    """(figure, value) pairs in the order of the issue's items."""
+    """(figure, value) pairs in the order of the issue's items; items the plan skipped are absent."""
     fig = result.figures
     out: list[tuple[str, str]] = []
-    for codec, ingest in fig["ingest"].items():
+    for codec, ingest in fig.get("ingest", {}).items():
         out.append((f"1 ingest: RTP frame -> video.frame.ack, 640x480@30 {codec}", _ms(ingest["frame_to_ack_ms"])))
-    for name, stats in fig["engine_to_wire"].items():
+    for name, stats in fig.get("engine_to_wire", {}).items():
         out.append((f"2 engine to wire: {name.removesuffix('_ms').replace('_', ' ')}", _ms(stats)))
-    out.append(("3 interrupt: video.query -> talker silent at peer", _ms(fig["interrupt_to_silence_ms"])))
-    cap = fig["capacity"]
-    for point in cap["understand"]:
-        out.append((f"4 capacity: {point['sessions']} understanding sessions", _capacity_row(point)))
-    out.append(("4 capacity: largest N understanding sessions passing", str(cap["max_understand"])))
-    for point in cap["generate"]:
-        out.append((f"4 capacity: {point['sessions']} generation streams 832x480@16", _capacity_row(point)))
-    out.append(("4 capacity: largest N generation streams passing", str(cap["max_generate"])))
-    out.append(("5 connect: offer -> connected", _ms(fig["connect"]["offer_to_connected_ms"])))
-    out.append(("5 connect: offer -> first ack", _ms(fig["connect"]["offer_to_first_ack_ms"])))
-    ws, webrtc = fig["websocket"], fig["ingest"]["vp8"]
-    out.append(("6a WebSocket: video.frame -> ack (JPEG @10 fps)", _ms(ws["frame_to_ack_ms"])))
-    out.append(
-        (
-            "6a payload bytes/s: WebSocket vs WebRTC VP8+Opus",
-            f"{ws['payload_bytes_per_s'] / 1000:.0f} kB/s vs {webrtc['payload_bytes_per_s'] / 1000:.0f} kB/s "
-            f"(x{ws['bytes_ratio_ws_to_webrtc']})",
-        )
-    )
-    out.append(
-        (
-            "6a ack latency ratio WebSocket / WebRTC",
-            f"p50 x{ws['ack_p50_ratio_ws_to_webrtc']}, p95 x{ws['ack_p95_ratio_ws_to_webrtc']}",
-        )
-    )
+    if "interrupt_to_silence_ms" in fig:
+        out.append(("3 interrupt: video.query -> talker silent at peer", _ms(fig["interrupt_to_silence_ms"])))
+    out.extend(_capacity_rows(fig["capacity"]))
+    if "connect" in fig:
+        out.append(("5 connect: offer -> connected", _ms(fig["connect"]["offer_to_connected_ms"])))
+        out.append(("5 connect: offer -> first ack", _ms(fig["connect"]["offer_to_first_ack_ms"])))
+    if "websocket" in fig:
+        out.extend(_websocket_rows(fig["websocket"], fig["ingest"]["vp8"]))
     if "peer" in fig:
         out.extend(_peer_rows(fig["peer"]))
-    for codec, stream in fig["generate"].items():
+    for codec, stream in fig.get("generate", {}).items():
         out.append(
             (
                 f"generate {codec}: frames, rate, jitter p95, CPU per generated s",
@@ -61,13 +44,44 @@ def rows(result: Result) -> list[tuple[str, str]]:
     return out
 
 
+def _capacity_rows(cap: dict[str, Any]) -> list[tuple[str, str]]:
+    server = " ".join(cap.get("server_args", [])) or "default"
+    out = [(f"4 capacity: idle server ({server} arguments)", f"{cap['idle_server_cpu_s_per_s']:.3f} CPU-s/s")]
+    for point in cap["understand"]:
+        out.append((f"4 capacity: {point['sessions']} understanding sessions (replayed peers)", _capacity_row(point)))
+    out.append(("4 capacity: largest N understanding sessions passing", str(cap["max_understand"])))
+    for point in cap["generate"]:
+        out.append((f"4 capacity: {point['sessions']} generation streams 832x480@16", _capacity_row(point)))
+    if cap["generate"]:
+        out.append(("4 capacity: largest N generation streams passing", str(cap["max_generate"])))
+    return out
+
+
 def _capacity_row(point: dict[str, Any]) -> str:
     text = f"server {point['server_cpu_s_per_s_per_session']:.3f} CPU-s/s per session"
+    if "server_cpu_s_per_s_per_session_above_idle" in point:
+        text += f" ({point['server_cpu_s_per_s_per_session_above_idle']:.3f} above idle)"
     if point["ingest_p95_ms"] is not None:
-        text += f", ingest p95 {point['ingest_p95_ms']:.1f} ms, turns {point['turns_completed']}/{point['turns_sent']}"
+        text += f", ingest p50 {point['ingest_p50_ms']:.1f} / p95 {point['ingest_p95_ms']:.1f} ms"
+        text += f", turns {point['turns_completed']}/{point['turns_sent']}"
     if point["min_fps"] is not None:
         text += f", min {point['min_fps']:.2f} fps, {point['frames_missing']} frames missing"
     return text + f" (client {point['client_cpu_s_per_s']:.2f} CPU-s/s) {'ok' if point['ok'] else 'FAIL'}"
+
+
+def _websocket_rows(ws: dict[str, Any], webrtc: dict[str, Any]) -> list[tuple[str, str]]:
+    return [
+        ("6a WebSocket: video.frame -> ack (JPEG @10 fps)", _ms(ws["frame_to_ack_ms"])),
+        (
+            "6a payload bytes/s: WebSocket vs WebRTC VP8+Opus",
+            f"{ws['payload_bytes_per_s'] / 1000:.0f} kB/s vs {webrtc['payload_bytes_per_s'] / 1000:.0f} kB/s "
+            f"(x{ws['bytes_ratio_ws_to_webrtc']})",
+        ),
+        (
+            "6a ack latency ratio WebSocket / WebRTC",
+            f"p50 x{ws['ack_p50_ratio_ws_to_webrtc']}, p95 x{ws['ack_p95_ratio_ws_to_webrtc']}",
+        ),
+    ]
 
 
 def _peer_rows(peer: dict[str, Any]) -> list[tuple[str, str]]:
@@ -75,9 +89,11 @@ def _peer_rows(peer: dict[str, Any]) -> list[tuple[str, str]]:
         return [("6b peer server", f"not measured: {peer['skipped']}")]
     return [
         (
-            f"6b {peer['name']}: CPU-s/s per session (ingest + audio echo)",
-            f"{peer['cpu_s_per_s']:.3f} vs rtc-omni {peer['rtc_omni_cpu_s_per_s']:.3f} (x{peer['ratio']})",
+            f"6b {peer['name']}, {p['sessions']} replayed sessions: server CPU-s/s per session",
+            f"{p['server_cpu_s_per_s_per_session']:.3f} vs rtc-omni {p['rtc_omni_server_cpu_s_per_s_per_session']:.3f}"
+            f" (x{p['ratio']}; echo heard by {p['echo_heard']}/{p['sessions']})",
         )
+        for p in peer["points"]
     ]
 
 

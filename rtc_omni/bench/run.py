@@ -25,11 +25,14 @@ class Plan:
     audio_turns: int = 8
     generate_seconds: float = 20.0
     generate_chunks: int = 15
-    understand_sessions: tuple[int, ...] = (1, 2, 4, 6)
+    understand_sessions: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16, 20)
     generate_streams: tuple[int, ...] = (1, 2, 4)
     capacity_seconds: float = 15.0
     codecs: tuple[str, ...] = ("vp8", "h264")
     peer_python: str | None = sys.executable  # an interpreter with pipecat; None skips the pipecat comparison
+    peer_sessions: tuple[int, ...] = (1, 8)  # N of the pipecat comparison: one session, and many
+    server_args: tuple[str, ...] = ()  # extra `rtc-omni serve` arguments of the capacity sweep's server
+    sessions_only: bool = False  # only the understanding capacity sweep and the pipecat comparison
 
 
 FULL = Plan()
@@ -45,7 +48,9 @@ QUICK = Plan(
     capacity_seconds=3.0,
     codecs=("vp8",),
     peer_python=None,
+    peer_sessions=(1, 2),
 )
+IDLE_SECONDS = 3.0
 
 
 @dataclass
@@ -72,6 +77,16 @@ def _latency(result: Result, name: str, values: list[float]) -> dict[str, float]
 
 async def run(plan: Plan, progress: Callable[[str], None] = print) -> Result:
     result = Result(machine())
+    if not plan.sessions_only:
+        await _latencies(plan, result, progress)
+    result.figures["capacity"] = await _capacity(plan, result, progress)
+    if plan.peer_python is not None:
+        result.figures["peer"] = await _peer(plan, plan.peer_python, result.figures["capacity"], progress)
+    return result
+
+
+async def _latencies(plan: Plan, result: Result, progress: Callable[[str], None]) -> None:
+    """One session at a time: connect, ingest, WebSocket, engine to wire, interrupt, generation."""
     fig = result.figures
     with server() as (_, url):
         progress("connect")
@@ -114,11 +129,6 @@ async def run(plan: Plan, progress: Callable[[str], None] = print) -> Result:
         fig["engine_to_wire"][f"video_frame_to_decoded_{codec}_ms"] = _latency(
             result, f"engine video -> decoded ({codec})", frames
         )
-    fig["capacity"] = await _capacity(plan, result, progress)
-    if plan.peer_python is not None:
-        progress("peer server")
-        fig["peer"] = await peer.compare(plan.peer_python, plan.capacity_seconds, fig["capacity"]["understand"])
-    return result
 
 
 def _ratio(a: dict[str, float], b: dict[str, float], key: str) -> float | None:
@@ -128,16 +138,21 @@ def _ratio(a: dict[str, float], b: dict[str, float], key: str) -> float | None:
 async def _capacity(plan: Plan, result: Result, progress: Callable[[str], None]) -> dict[str, Any]:
     """Sweep N upwards; stop at the first N that fails (a turn lost, ingest p95 >= 100 ms, frames late)."""
     out: dict[str, Any] = {"understand": [], "generate": [], "max_understand": 0, "max_generate": 0}
-    with server() as (process, url):
+    out["server_args"] = list(plan.server_args)
+    with server(list(plan.server_args)) as (process, url):
+        progress("capacity: idle server")
+        idle = out["idle_server_cpu_s_per_s"] = round(await capacity.idle_cpu(process.pid, IDLE_SECONDS), 3)
         for n in plan.understand_sessions:
             progress(f"capacity: {n} understanding sessions")
             point = await capacity.understand_point(url, process.pid, n, plan.capacity_seconds)
-            out["understand"].append(_point(point))
+            out["understand"].append(_point(point, idle))
             result.samples[f"ingest, N={n} sessions"] = point.ingest_s
             if not point.ok:
                 break
             out["max_understand"] = n
-    with server(generate.FAST_ENGINE) as (process, url):
+    if plan.sessions_only:
+        return out
+    with server([*plan.server_args, *generate.FAST_ENGINE]) as (process, url):
         for n in plan.generate_streams:
             progress(f"capacity: {n} generation streams")
             point = await capacity.generate_point(url, process.pid, n, plan.capacity_seconds)
@@ -148,10 +163,34 @@ async def _capacity(plan: Plan, result: Result, progress: Callable[[str], None])
     return out
 
 
-def _point(point: capacity.CapacityPoint) -> dict[str, Any]:
+def _point(point: capacity.CapacityPoint, idle_cpu: float | None = None) -> dict[str, Any]:
     figures = asdict(point)
     del figures["ingest_s"]
     figures["server_cpu_s_per_s_per_session"] = round(point.cpu_per_session, 3)
+    if idle_cpu is not None:
+        above_idle = (point.server_cpu_s_per_s - idle_cpu) / point.sessions
+        figures["server_cpu_s_per_s_per_session_above_idle"] = round(above_idle, 3)
     figures["server_cpu_s_per_s"] = round(point.server_cpu_s_per_s, 3)
     figures["client_cpu_s_per_s"] = round(point.client_cpu_s_per_s, 3)
     return figures
+
+
+async def _peer(plan: Plan, python: str, cap: dict[str, Any], progress: Callable[[str], None]) -> dict[str, Any]:
+    """The same replayed peers against pipecat at each N of `plan.peer_sessions`, beside rtc-omni's
+    point at that N from the sweep (measured here if the sweep stopped before it)."""
+    reason = peer.unavailable(python)
+    if reason is not None:
+        return {"skipped": reason}
+    points = []
+    for n in plan.peer_sessions:
+        ours = next((p for p in cap["understand"] if p["sessions"] == n), None)
+        if ours is None:
+            progress(f"rtc-omni: {n} understanding sessions, for the comparison")
+            with server(list(plan.server_args)) as (process, url):
+                ours = _point(await capacity.understand_point(url, process.pid, n, plan.capacity_seconds))
+        progress(f"pipecat: {n} sessions")
+        theirs = await peer.measure(python, n, plan.capacity_seconds)
+        mine = ours["server_cpu_s_per_s_per_session"]
+        ratio = round(theirs["server_cpu_s_per_s_per_session"] / mine, 2) if mine else None
+        points.append({**theirs, "rtc_omni_server_cpu_s_per_s_per_session": mine, "ratio": ratio})
+    return {"name": "pipecat SmallWebRTCTransport " + peer.PIPECAT.split("==")[1], "points": points}

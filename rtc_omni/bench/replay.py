@@ -1,0 +1,142 @@
+"""A load generator that costs the server what real peers cost it, and costs the benchmark little.
+
+The benchmark's camera and mic are encoded once, up front, into a loop of a few seconds; every
+peer then replays the same encoded frames through its own aiortc `RTCRtpSender`, which gives them
+the peer's own SSRC, sequence numbers, RTP timestamps and VP8 picture ids. aiortc's sender
+packetizes an `av.Packet` that a track hands it instead of encoding a frame (the path of its
+`MediaPlayer(decode=False)`), so no peer encodes anything and N is bounded by the server, not by N
+encoders on the same cores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import functools
+import time
+from dataclasses import dataclass
+
+import av
+import numpy as np
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+from ..client.media import AUDIO_FRAME_SAMPLES, AUDIO_RATE
+from ..client.peer import UnderstandClient
+from .understand import CAMERA, camera
+
+LOOP_SECONDS = 4  # whole seconds, so the mic's tone loops without a click
+VIDEO_CLOCK_RATE = 90_000
+VIDEO_BITRATE = 500_000  # aiortc's VP8 sender starts at this rate, as the live-encoding peers did
+# A camera's sensor noise (standard deviation, 8-bit levels): without it the flat test picture
+# compresses to ~150 kb/s, with it ~475 kb/s, near the ~440 kb/s a browser sends for a real camera.
+SENSOR_NOISE = 2.0
+MIC_BITRATE = 32_000  # a browser's Opus rate for a mono voice
+MIC_TONE_HZ = 440.0
+SENT_AT_BOUND = 10_000
+
+
+@dataclass(frozen=True)
+class EncodedLoop:
+    """A source encoded once: frames of `ticks` each in a `clock_rate` clock, the first a keyframe."""
+
+    kind: str  # "audio" | "video"
+    frames: tuple[bytes, ...]
+    clock_rate: int
+    ticks: int
+
+    @property
+    def seconds(self) -> float:
+        return len(self.frames) * self.ticks / self.clock_rate
+
+    @property
+    def bytes_per_second(self) -> float:
+        return sum(len(f) for f in self.frames) / self.seconds
+
+
+@functools.cache
+def encode_camera(seconds: int = LOOP_SECONDS) -> EncodedLoop:
+    """The benchmark's camera (640x480@30, a moving block, sensor noise) as VP8, one keyframe at the
+    loop's start."""
+    width, height, fps = CAMERA
+    count = seconds * fps
+    codec = av.CodecContext.create("libvpx", "w")
+    codec.width, codec.height, codec.pix_fmt = width, height, "yuv420p"
+    codec.time_base = fractions.Fraction(1, fps)
+    codec.framerate = fractions.Fraction(fps, 1)
+    codec.bit_rate = VIDEO_BITRATE
+    codec.gop_size = count  # the replay starts over at a keyframe, as a decoder joining it needs
+    # a real-time constant-rate encode, one output frame per input frame, as a WebRTC sender makes
+    rate = str(VIDEO_BITRATE)
+    codec.options = {"deadline": "realtime", "cpu-used": "8", "lag-in-frames": "0"}
+    codec.options |= {"minrate": rate, "maxrate": rate, "bufsize": rate}
+    source, noise = camera(), np.random.default_rng(0)
+    packets: list[av.Packet] = []
+    for index in range(count):
+        source.frames_sent = index
+        noisy = source.image() + noise.normal(0.0, SENSOR_NOISE, (height, width, 3))
+        frame = av.VideoFrame.from_ndarray(np.clip(noisy, 0, 255).astype(np.uint8), format="rgb24").reformat(
+            format="yuv420p"
+        )
+        frame.pts = index
+        packets.extend(codec.encode(frame))
+    packets.extend(codec.encode(None))
+    if len(packets) != count or not packets[0].is_keyframe:
+        raise RuntimeError(f"libvpx gave {len(packets)} frames for {count}, first keyframe: {packets[0].is_keyframe}")
+    return EncodedLoop("video", tuple(bytes(p) for p in packets), VIDEO_CLOCK_RATE, VIDEO_CLOCK_RATE // fps)
+
+
+@functools.cache
+def encode_mic(seconds: int = LOOP_SECONDS) -> EncodedLoop:
+    """A 440 Hz mic as mono Opus in 20 ms packets, as a browser sends a voice."""
+    codec = av.CodecContext.create("libopus", "w")
+    codec.sample_rate, codec.layout, codec.format = AUDIO_RATE, "mono", "s16"
+    codec.bit_rate = MIC_BITRATE
+    codec.options = {"application": "voip", "frame_duration": "20"}
+    count = seconds * AUDIO_RATE // AUDIO_FRAME_SAMPLES
+    t = np.arange(seconds * AUDIO_RATE) / AUDIO_RATE
+    pcm = (0.3 * np.sin(2 * np.pi * MIC_TONE_HZ * t) * 32767).astype(np.int16)
+    packets: list[av.Packet] = []
+    for index in range(count):
+        samples = pcm[index * AUDIO_FRAME_SAMPLES : (index + 1) * AUDIO_FRAME_SAMPLES]
+        frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate, frame.pts = AUDIO_RATE, index * AUDIO_FRAME_SAMPLES
+        packets.extend(codec.encode(frame))
+    packets.extend(codec.encode(None))
+    if len(packets) < count:
+        raise RuntimeError(f"libopus gave {len(packets)} packets for {count} frames")
+    return EncodedLoop("audio", tuple(bytes(p) for p in packets[:count]), AUDIO_RATE, AUDIO_FRAME_SAMPLES)
+
+
+class ReplayTrack(MediaStreamTrack):
+    """Hands out a loop's encoded frames as `av.Packet`s in real time, from the first frame on, over
+    and over; remembers when each frame left (by pts) for latency measurements."""
+
+    def __init__(self, loop: EncodedLoop) -> None:
+        super().__init__()
+        self.kind = loop.kind
+        self.loop = loop
+        self.frames_sent = 0
+        self.sent_at: dict[int, float] = {}  # pts -> monotonic time recv() handed it to the sender
+        self._time_base = fractions.Fraction(1, loop.clock_rate)
+        self._start: float | None = None
+
+    async def recv(self) -> av.Packet:
+        if self.readyState != "live":
+            raise MediaStreamError
+        pts = self.frames_sent * self.loop.ticks
+        if self._start is None:
+            self._start = time.time()
+        elif (wait := self._start + pts / self.loop.clock_rate - time.time()) > 0:
+            await asyncio.sleep(wait)
+        packet = av.Packet(self.loop.frames[self.frames_sent % len(self.loop.frames)])
+        packet.pts, packet.time_base = pts, self._time_base
+        self.sent_at[pts] = time.monotonic()
+        if len(self.sent_at) > SENT_AT_BOUND:
+            self.sent_at.pop(next(iter(self.sent_at)))
+        self.frames_sent += 1
+        return packet
+
+
+def replaying_client(url: str, client_class: type[UnderstandClient] = UnderstandClient) -> UnderstandClient:
+    """A peer whose camera (VP8) and mic (Opus) replay the shared loops, and that hears the talker."""
+    return client_class(url, video=ReplayTrack(encode_camera()), audio=ReplayTrack(encode_mic()), video_codec="vp8")
