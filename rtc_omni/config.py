@@ -144,7 +144,7 @@ class Settings(BaseModel):
     max_video_bitrate: int = Field(
         300,
         ge=0,
-        description="Kb/s of camera video the server asks each sender for: b=AS on the video m-lines of its "
+        description="kb/s of camera video the server asks each sender for: b=AS on the video m-lines of its "
         "answers and a ceiling on the REMB estimates it sends back (0: no cap). Chromium and aiortc (no lower "
         "than 250) honour it; FFmpeg, GStreamer and OBS publishers keep their own bitrate (docs/whip.md).",
     )
