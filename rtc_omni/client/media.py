@@ -38,18 +38,18 @@ COLOURS: dict[str, tuple[int, int, int]] = {
 }
 
 
-# A camera sends a session at least this many frames per second, whatever its sampling rate: the
-# encoder's rate control and a lost frame's recovery (NACK, PLI -> keyframe) work per frame.
+# A camera sends a session at least this many frames per second, whatever its sampling rate: a lost
+# frame is repaired per frame (NACK, or a PLI answered by a keyframe on the sender's next frame).
 MIN_SEND_FPS = 5.0
 
 
 def camera_send_fps(sample_fps: float) -> float:
     """The frame rate a camera should send to a session sampling `sample_fps` frames per second.
 
-    Twice the sampling rate: the server samples by media time, so each due time then has a frame
-    within half an interval, and EVS, which drops near-duplicates of the last kept frame, compares
-    frames that are at most one interval apart. The same rule runs in the browser page
-    (static/js/talk.js); docs/protocol.md ("Camera frame rate") has the measurements behind it.
+    Twice the sampling rate: the server takes the first frame at or after each due time (media
+    time), so every sample is then at most half an interval late; at exactly the sampling rate, a
+    camera whose clock runs slightly fast is sampled at half the rate. The same rule runs in the
+    browser page (static/js/talk.js); docs/protocol.md, "Camera frame rate", says more and has figures.
     """
     return max(2.0 * sample_fps, MIN_SEND_FPS)
 
