@@ -246,7 +246,12 @@ def build_parser() -> argparse.ArgumentParser:
     understand.add_argument("--audio", default="tone", help="microphone: tone | tone:HZ | silence | none | FILE")
     understand.add_argument("--width", type=int, default=640, help="width of the testsrc or colour camera")
     understand.add_argument("--height", type=int, default=480, help="height of the testsrc or colour camera")
-    understand.add_argument("--fps", type=int, default=30, help="frame rate of the testsrc or colour camera")
+    understand.add_argument(
+        "--fps",
+        type=int,
+        default=30,
+        help="capture rate of the testsrc or colour camera; it sends at most max(2 x sample_fps, 5) fps of it",
+    )
     understand.add_argument("--query", action="append", help="a question; repeat for several turns")
     understand.add_argument(
         "--config", type=_session_config, help="session.config fields as JSON, e.g. '{\"num_frames\": 8}'"

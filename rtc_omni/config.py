@@ -141,6 +141,13 @@ class Settings(BaseModel):
         description="Longest video.frame base64 string accepted (the reference's 10 MiB; SCTP further "
         "limits one DataChannel message to 256 KiB).",
     )
+    max_video_bitrate: int = Field(
+        300,
+        ge=0,
+        description="kb/s of camera video the server asks each sender for: b=AS on the video m-lines of its "
+        "answers and a ceiling on the REMB estimates it sends back (0: no cap). Chromium and aiortc (no lower "
+        "than 250) honour it; FFmpeg, GStreamer and OBS publishers keep their own bitrate (docs/whip.md).",
+    )
     max_image_pixels: int = Field(
         1920 * 1080,
         ge=64 * 64,

@@ -146,3 +146,29 @@ def test_marker_jitter_buffer_releases_a_complete_frame_at_once() -> None:
     assert buffer.add(packet(12, 6000, False, b"c"))[1] is None
     frame = buffer.add(packet(13, 9000, False, b"d"))[1]
     assert frame is not None and frame.data == b"c"
+
+
+async def test_aiortc_receiver_sends_remb_through_send_rtcp_and_the_cap_lowers_it() -> None:
+    """aiortc's video receiver sends its REMB through `_send_rtcp`, where patches.remb lowers it."""
+    from aiortc.rtp import RTCP_PSFB_APP, RtcpPacket, RtcpPsfbPacket, pack_remb_fci, unpack_remb_fci
+
+    from rtc_omni.patches.remb import cap_remb
+
+    source = inspect.getsource(RTCRtpReceiver._handle_rtp_packet)
+    assert "pack_remb_fci" in source and "await self._send_rtcp(rtcp_packet)" in source
+
+    sent: list[bytes] = []
+
+    class Transport:
+        state = "connected"
+
+        async def _send_rtp(self, data: bytes) -> None:
+            sent.append(data)
+
+    receiver = RTCRtpReceiver("video", Transport())  # type: ignore[arg-type]
+    cap_remb(receiver, 300_000)
+    for bitrate in (1_500_000, 200_000):
+        remb = pack_remb_fci(bitrate, [1234])
+        await receiver._send_rtcp(RtcpPsfbPacket(fmt=RTCP_PSFB_APP, ssrc=1, media_ssrc=0, fci=remb))
+    sent_rates = [unpack_remb_fci(RtcpPacket.parse(data)[0].fci) for data in sent]  # type: ignore[union-attr]
+    assert sent_rates == [(300_000, [1234]), (200_000, [1234])]

@@ -85,7 +85,7 @@ async def test_the_media_goes_on_when_the_datachannel_closes(server: RunningServ
     await asyncio.sleep(1.5)
     status, after = await http_json(server, "GET", path, headers=client.session_headers)
     assert status == 200 and after["connection_state"] == "connected"
-    assert after["frames_received"] > before["frames_received"] + 20
+    assert after["frames_received"] > before["frames_received"] + 4  # the camera sends 5 fps at sample_fps 2
     assert after["audio_ms_buffered"] > before["audio_ms_buffered"]
 
 

@@ -14,10 +14,12 @@ import av
 import numpy as np
 from aiortc.contrib.media import MediaPlayer
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack, VideoStreamTrack
+from av.frame import Frame
+from av.packet import Packet
 
 from ..engines.synthetic import espeak_voice
 from ..media import blockcode
-from ..media.ingest import iter_frames
+from ..media.ingest import FrameSampler, iter_frames
 from ..media.recorder import Mp4Recorder
 
 AUDIO_RATE = 48_000
@@ -36,8 +38,27 @@ COLOURS: dict[str, tuple[int, int, int]] = {
 }
 
 
+# A camera sends a session at least this many frames per second, whatever its sampling rate: a lost
+# frame is repaired per frame (NACK, or a PLI answered by a keyframe on the sender's next frame).
+MIN_SEND_FPS = 5.0
+
+
+def camera_send_fps(sample_fps: float) -> float:
+    """The frame rate a camera should send to a session sampling `sample_fps` frames per second.
+
+    Twice the sampling rate: the server takes the first frame at or after each due time (media
+    time), so every sample is then at most half an interval late; at exactly the sampling rate, a
+    camera whose clock runs slightly fast is sampled at half the rate. The same rule runs in the
+    browser page (static/js/talk.js); docs/protocol.md, "Camera frame rate", says more and has figures.
+    """
+    return max(2.0 * sample_fps, MIN_SEND_FPS)
+
+
 class ColourVideoTrack(VideoStreamTrack):
-    """A camera showing one colour; with `moving=True` a bright block sweeps across it."""
+    """A camera showing one colour; with `moving=True` a bright block sweeps across it.
+
+    It captures at `fps`, or at `max_fps` when that is lower (what the peer asked the sender for).
+    """
 
     def __init__(
         self,
@@ -50,6 +71,7 @@ class ColourVideoTrack(VideoStreamTrack):
         super().__init__()
         self.colour = colour
         self.width, self.height, self.fps, self.moving = width, height, fps, moving
+        self.max_fps: float | None = None
         self.frames_sent = 0
         self.sent_at: dict[int, float] = {}  # pts -> monotonic send time, for latency measurements
 
@@ -59,7 +81,7 @@ class ColourVideoTrack(VideoStreamTrack):
             raise MediaStreamError
         clock_rate = 90_000
         if hasattr(self, "_timestamp"):
-            self._timestamp += int(clock_rate / self.fps)
+            self._timestamp += int(clock_rate / min(self.fps, self.max_fps or self.fps))
             wait = self._start + (self._timestamp / clock_rate) - time.time()
             if wait > 0:
                 await asyncio.sleep(wait)
@@ -91,6 +113,35 @@ class ColourVideoTrack(VideoStreamTrack):
             self.sent_at.pop(next(iter(self.sent_at)))
         self.frames_sent += 1
         return frame
+
+
+class FrameRateCap(MediaStreamTrack):
+    """A video track passing on at most `max_fps` of its source's frames, picked by media time.
+
+    aiortc's RTCRtpSender has no setParameters and so no maxFramerate: a frame the sender never
+    gets is a frame it never encodes and the server never decodes.
+    """
+
+    kind = "video"
+
+    def __init__(self, source: MediaStreamTrack, max_fps: float | None = None) -> None:
+        super().__init__()
+        self.source = source
+        self.max_fps = max_fps
+        self._sampler = FrameSampler()
+
+    async def recv(self) -> Frame | Packet:
+        while True:
+            frame = await self.source.recv()
+            if self.max_fps is None:
+                return frame
+            at = float(frame.pts * frame.time_base) if frame.pts is not None and frame.time_base else time.monotonic()
+            if self._sampler.take(at, self.max_fps):
+                return frame
+
+    def stop(self) -> None:
+        super().stop()
+        self.source.stop()
 
 
 class PacedAudioTrack(MediaStreamTrack):

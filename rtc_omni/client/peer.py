@@ -14,7 +14,7 @@ from aiortc import RTCIceServer, RTCPeerConnection, RTCRtpReceiver, RTCRtpTransc
 from aiortc.mediastreams import MediaStreamTrack
 
 from ..signaling.ice import rtc_configuration
-from .media import AudioRecorder, VideoReceiver
+from .media import AudioRecorder, ColourVideoTrack, FrameRateCap, VideoReceiver, camera_send_fps
 
 EventFilter = Callable[[dict[str, Any]], bool]
 
@@ -214,8 +214,15 @@ class ControlClient:
         await self.pc.close()
 
 
+DEFAULT_SAMPLE_FPS = 2.0  # session.config's sample_fps when the client sends none
+
+
 class UnderstandClient(ControlClient):
-    """Streams camera and mic into an understanding session and records the talker."""
+    """Streams camera and mic into an understanding session and records the talker.
+
+    The camera sends camera_send_fps(sample_fps) frames per second (at most its own rate), following
+    the `sample_fps` of every session.config it sends.
+    """
 
     kind = "understand"
 
@@ -233,14 +240,18 @@ class UnderstandClient(ControlClient):
     ) -> None:
         super().__init__(server, token, ice_servers, relay_only, control)
         self.video, self.audio = video, audio
+        self.camera: ColourVideoTrack | FrameRateCap | None = None  # what the video sender sends
+        if video is not None:
+            self.camera = video if isinstance(video, ColourVideoTrack) else FrameRateCap(video)
+            self.camera.max_fps = camera_send_fps(DEFAULT_SAMPLE_FPS)
         self.video_codec = video_codec
         self.receive_audio = receive_audio
         self.recorder: AudioRecorder | None = None
         self.modalities: list[str] = ["text", "audio"]
 
     def _add_transceivers(self) -> None:
-        if self.video is not None:
-            transceiver = self.pc.addTransceiver(self.video, direction="sendonly")
+        if self.camera is not None:
+            transceiver = self.pc.addTransceiver(self.camera, direction="sendonly")
             if self.video_codec is not None:
                 prefer_video_codec(transceiver, self.video_codec)
         if self.audio is not None:
@@ -261,6 +272,8 @@ class UnderstandClient(ControlClient):
         event = await self.wait_event(where=lambda e: e["type"] in ("pong", "error"), after=mark)
         if event["type"] == "error":
             raise ValueError(event["message"])
+        if self.camera is not None:  # the server validated it: a number in (0, 60]
+            self.camera.max_fps = camera_send_fps(float(config.get("sample_fps", DEFAULT_SAMPLE_FPS)))
 
     async def ask(
         self, text: str, timeout: float = 30.0, on_text: Callable[[str], None] | None = None, **extra: Any

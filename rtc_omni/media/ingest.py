@@ -53,6 +53,12 @@ def _pts_seconds(frame: av.VideoFrame) -> float | None:
     return float(frame.pts * frame.time_base)
 
 
+# A frame this close before its due time counts as due: due times are sums of float intervals, and a
+# camera sending a multiple of the sampling rate (client/media.py camera_send_fps) has frames exactly
+# on them, which float rounding would otherwise push one frame late.
+DUE_TOLERANCE_S = 0.001
+
+
 class FrameSampler:
     """Picks frames at a fixed rate of media time; robust to bursts and to rate changes."""
 
@@ -61,7 +67,7 @@ class FrameSampler:
 
     def take(self, at: float, fps: float) -> bool:
         interval = 1.0 / fps
-        if self._next_at is None or at >= self._next_at:
+        if self._next_at is None or at >= self._next_at - DUE_TOLERANCE_S:
             # Schedule from the due time, not from `at`, so the rate stays exact; resync after a gap.
             base = at if self._next_at is None or at - self._next_at > interval else self._next_at
             self._next_at = base + interval

@@ -11,6 +11,7 @@ tests/test_patches.py fails loudly when an aiortc or aioice release changes any 
 | jitter.py | aiortc | a video frame released on its RTP marker bit (per receiver) |
 | codecs.py | aiortc | read a transceiver's negotiated codecs (no public getter) |
 | keyframes.py | aiortc | a viewer's PLI/FIR reaches the shared encoder (per sender) |
+| remb.py | aiortc | a ceiling on the REMB a video receiver sends (per receiver) |
 
 `apply()` runs at start-up: in `create_app` (the server), at the CLI's client and bench entry,
 and in the tests' conftest. Never from a constructor: the ICE policy is process-wide.

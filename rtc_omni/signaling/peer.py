@@ -36,6 +36,7 @@ from ..patches.jitter import release_frames_when_complete
 from ..patches.keyframes import forward_keyframe_requests
 from ..sessions.registry import SessionLimitReached, new_session_id
 from ..tasks import TaskSet
+from .bitrate import limit_video_bitrate
 from .dtls import passive_when_offered_actpass
 from .factory import Services, create_session
 from .ice import advertise_public_addresses, configured_ice_servers, rtc_configuration
@@ -188,7 +189,9 @@ class _PeerLink:
         if "a=candidate:" not in sdp:
             raise RuntimeError("the server's ICE agent gathered no candidates; check --ice-address and --ice-server")
         self._tasks.spawn(self._connect_deadline())
-        return RTCSessionDescription(advertise_public_addresses(sdp, self.settings.ice_public_address), "answer")
+        sdp = advertise_public_addresses(sdp, self.settings.ice_public_address)
+        # Last: aiortc's SDP objects, which the steps above go through, drop b= lines.
+        return RTCSessionDescription(limit_video_bitrate(self.pc, sdp, self.settings.max_video_bitrate), "answer")
 
     def _control(self) -> tuple[ControlChannels, ControlReceiver] | None:
         """Where this connection's `control` DataChannel is bound (None: it may not control)."""

@@ -13,6 +13,17 @@ const LEVEL_INTERVAL_MS = 50;
 const SPEAKING_HOLD_MS = 600;
 // After push-to-talk is released, the last speech packets are still on their way to the server.
 const PTT_TAIL_MS = 250;
+// The server samples the camera at `sample_fps`; the camera sends twice that, at least MIN_SEND_FPS:
+// rtc_omni/client/media.py camera_send_fps (the same rule) says why, docs/protocol.md has the figures.
+const DEFAULT_SAMPLE_FPS = 2;
+const MIN_SEND_FPS = 5;
+
+/** The frame rate the camera sends to a session sampling `sampleFps`, at most `captureFps` when known. */
+export function cameraSendFps(sampleFps, captureFps) {
+  const sample = Number.isFinite(sampleFps) && sampleFps > 0 ? sampleFps : DEFAULT_SAMPLE_FPS;
+  const wanted = Math.max(2 * sample, MIN_SEND_FPS);
+  return captureFps > 0 ? Math.min(wanted, captureFps) : wanted;
+}
 
 const PTT_HINT =
   "Push to talk: the server hears your microphone only while you hold the button (or Space while it has focus). " +
@@ -103,6 +114,7 @@ export class TalkView {
     this.session = null;
     this.connecting = false;
     this.stream = null;
+    this.cameraSender = null; // its maxFramerate follows the session's sample_fps
     this.micProbe = null; // a clone of the mic track: the meter shows the mic even while it is not sent
     this.turns = []; // every turn, oldest first
     this.pending = []; // sent, not yet bound to a request_id
@@ -144,6 +156,7 @@ export class TalkView {
     $("hud-state").textContent = "opening camera";
     this.refresh();
     try {
+      // 640x480 lies inside the pixel range Qwen-Omni's video processor keeps as it is (docs/protocol.md).
       this.stream = await navigator.mediaDevices.getUserMedia({
         video: { width: { ideal: 640 }, height: { ideal: 480 } },
         audio: { echoCancellation: true, noiseSuppression: true, autoGainControl: true },
@@ -168,7 +181,15 @@ export class TalkView {
         addMedia: (pc) => {
           const [video] = this.stream.getVideoTracks();
           const [audio] = this.stream.getAudioTracks();
-          if (video) pc.addTransceiver(video, { direction: "sendonly", streams: [this.stream] });
+          if (video) {
+            // Under CPU or bandwidth pressure, send fewer frames rather than smaller ones: the model
+            // sees a few frames a second, each of which should keep its detail.
+            video.contentHint = "detail";
+            const maxFramerate = cameraSendFps(this.config().sample_fps, video.getSettings().frameRate);
+            const sendEncodings = [{ maxFramerate }];
+            this.cameraSender = pc.addTransceiver(video, { direction: "sendonly", streams: [this.stream], sendEncodings }).sender;
+            $("hud-camera").textContent = `≤ ${maxFramerate} fps`;
+          }
           if (audio) pc.addTransceiver(audio, { direction: "sendrecv", streams: [this.stream] });
           else pc.addTransceiver("audio", { direction: "recvonly" });
         },
@@ -223,6 +244,8 @@ export class TalkView {
   stopMedia() {
     for (const stream of [this.stream, this.micProbe]) if (stream) for (const track of stream.getTracks()) track.stop();
     this.stream = null;
+    this.cameraSender = null;
+    $("hud-camera").textContent = "–";
     this.micProbe = null;
     this.micMeter.detach();
     this.talkerMeter.detach();
@@ -336,11 +359,30 @@ export class TalkView {
     this.configState = "pending";
     $("talk-apply").hidden = true;
     $("talk-settings-state").textContent = "Applying…";
-    this.session.send({ type: "session.config", ...this.config() });
+    const config = this.config();
+    this.limitCamera(config.sample_fps);
+    this.session.send({ type: "session.config", ...config });
     // The pong after the config says it applied; an error before it says why not.
     this.pingSentAt = performance.now();
     this.session.send({ type: "ping" });
     this.refresh();
+  }
+
+  /** The camera sends what the server samples at `sampleFps`, with headroom (cameraSendFps). */
+  async limitCamera(sampleFps) {
+    const sender = this.cameraSender;
+    if (!sender || !sender.track) return;
+    const maxFramerate = cameraSendFps(sampleFps, sender.track.getSettings().frameRate);
+    const parameters = sender.getParameters();
+    if (!parameters.encodings?.length || parameters.encodings[0].maxFramerate === maxFramerate) return;
+    parameters.encodings[0].maxFramerate = maxFramerate;
+    try {
+      await sender.setParameters(parameters);
+      $("hud-camera").textContent = `≤ ${maxFramerate} fps`;
+    } catch (error) {
+      // The session still works, at the camera's full rate.
+      this.notice.show(`Could not lower the camera's frame rate: ${error.message}`, "warning");
+    }
   }
 
   // ---- turns ------------------------------------------------------------------------------
