@@ -162,7 +162,13 @@ class Settings(BaseModel):
         description="Browser origins allowed to call the API from other sites ('*' for any); repeat for "
         "several. Empty: handlers' defaults (WHIP allows any origin, as RFC 9725 expects).",
     )
-    max_sessions: int = Field(64, ge=1, description="Concurrent sessions; more get 503.")
+    max_sessions: int = Field(64, ge=1, description="Concurrent sessions, across all workers; more get 503.")
+    workers: str = Field(
+        "1",
+        pattern=r"^(auto|[1-9][0-9]{0,3})$",
+        description="Worker processes sharing the HTTP port (SO_REUSEPORT), each owning the media of the sessions "
+        "it answered; 'auto': one per CPU core (docs/deployment.md, \"Several workers\").",
+    )
     max_connections_per_client: int = Field(
         64,
         ge=1,
@@ -258,6 +264,21 @@ class Settings(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _check_workers(self) -> Settings:
+        count = self.worker_count
+        if count > 1 and self.engine == "vllm":
+            raise ValueError(
+                "--workers > 1 cannot share one in-process vLLM engine: run one `--engine vllm --workers 1` server "
+                "and put `--engine remote --upstream ws://HOST:PORT --workers N` in front of it (docs/deployment.md)"
+            )
+        ports = self.ice_ports
+        if ports is not None and len(ports) < count:
+            raise ValueError(
+                f"--ice-port-min..--ice-port-max has {len(ports)} ports, fewer than the {count} workers sharing them"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_remote_has_upstreams(self) -> Settings:
         if self.engine == "remote" and not self.upstream:
             raise ValueError("--engine remote needs at least one --upstream ws://HOST:PORT")
@@ -274,6 +295,13 @@ class Settings(BaseModel):
     @property
     def gather_all_interfaces(self) -> bool:
         return self.ice_address == ["all"]
+
+    @property
+    def worker_count(self) -> int:
+        """--workers as a number: 'auto' is the CPU cores this process may run on."""
+        if self.workers == "auto":
+            return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return int(self.workers)
 
     @property
     def ice_ports(self) -> range | None:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from ..logs import SESSION_ID
 from ..protocol.generate import RECORDING_PATH
 from ..protocol.validation import describe_validation_error
-from ..sessions.registry import SessionLimitReached, new_session_id
+from ..sessions.registry import SessionLimitReached
 from .capabilities import access_refusal, checks_its_own_access, requires, session_credentials
 from .factory import Services
 from .keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
@@ -89,7 +89,7 @@ async def open_session(
     """
     registry = app[REGISTRY]
     registry.check_capacity()
-    session_id = new_session_id()
+    session_id = registry.new_session_id()
     SESSION_ID.set(session_id)  # this task's logs, and those of the tasks it starts, name the session
 
     async def forget(_peer: PeerSession) -> None:
