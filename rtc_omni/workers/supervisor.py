@@ -13,6 +13,7 @@ SIGTERM/SIGINT are passed on to the workers, which close their sessions as a sin
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -38,6 +39,7 @@ logger = logging.getLogger(__name__)
 ServeWorker = Callable[[Settings, Worker, Callable[[int], None]], int]
 STOP_GRACE_S = 15.0  # a worker's own shutdown takes up to app.SHUTDOWN_TIMEOUT_S (10 s)
 POLL_S = 0.5
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def bind_shared_port(host: str, port: int) -> socket.socket:
@@ -74,6 +76,8 @@ def _worker_main(
 ) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):  # the parent's handlers are not this process's
         signal.signal(signum, signal.SIG_DFL)
+    if sys.platform == "linux":  # a parent killed outright (SIGKILL) takes its workers with it
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     sys.exit(serve_worker(settings, worker, lambda _port: ready.send(worker.index)))
 
 
