@@ -187,7 +187,7 @@ def test_a_worker_killed_stops_the_server_with_a_log_line(served: Served) -> Non
     survivor, victim = served.worker_pids()
     os.kill(victim, signal.SIGKILL)
     assert served.process.wait(timeout=30) != 0
-    assert re.search(rf"worker 1 \(pid {victim}\) was killed by SIGKILL", served.log.read_text())
+    assert re.search(rf"worker \d \(pid {victim}\) was killed by SIGKILL", served.log.read_text())
     assert not Path(f"/proc/{survivor}").exists()  # stopped (and reaped) by the parent
 
 
