@@ -98,7 +98,11 @@ async def open_session(
     peer = PeerSession(
         session_id, kind, Services.of(app), on_closed=forget, ingest_only=ingest_only, realtime_config=realtime_config
     )
-    registry.add(peer)
+    try:
+        registry.add(peer)  # with --workers, another worker may have taken the last place meanwhile
+    except SessionLimitReached:
+        await peer.close()
+        raise
     async with closed_on_failure(peer):
         answer = await peer.accept(RTCSessionDescription(sdp=sdp, type="offer"))
     return peer, answer

@@ -200,12 +200,11 @@ async def _serve(
         )
     except KindNotServed as exc:
         return await _refuse(ws, str(exc))
+    binding = WebSocketSession(session_id, ws, outbox, session, carrier.sink)
     try:
-        registry.check_capacity()
+        registry.add(binding)
     except SessionLimitReached as exc:
         return await _refuse(ws, str(exc))
-    binding = WebSocketSession(session_id, ws, outbox, session, carrier.sink)
-    registry.add(binding)
     try:
         await binding.serve()
     finally:
