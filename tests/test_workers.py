@@ -22,6 +22,8 @@ from rtc_omni.client.peer import SignalingError, UnderstandClient
 from rtc_omni.config import SettingsError, load_settings
 from rtc_omni.workers.supervisor import worker_settings
 
+from .test_whep import WhepPlayer, viewing
+
 BANNER = re.compile(r"on (http://127\.0\.0\.1:\d+) \(2 workers\)")
 MAX_CLIENTS = 16  # sessions opened until both workers own one (each lands on either: 2^-15 to miss)
 ROUNDS = 8  # calls per session, each on a new connection, so the kernel picks a worker each time
@@ -113,12 +115,20 @@ async def test_every_session_route_reaches_the_worker_that_owns_it(served: Serve
             session = f"{served.url}/v1/rtc/sessions/{client.session_id}"
             assert [await call("GET", session, client.view_token) for _ in range(ROUNDS)] == [200] * ROUNDS
         # Attaching a controller names the session in the offer's body, not the path.
-        for first_of_worker in {owner(c.session_id or ""): c for c in clients}.values():
-            controller = UnderstandClient(served.url, video=None, audio=None, token=first_of_worker.session_token)
+        for one_of_worker in {owner(c.session_id or ""): c for c in clients}.values():
             for _ in range(3):
-                await controller.connect(kind="control", session_id=first_of_worker.session_id)
-                await controller.close()
-                controller = UnderstandClient(served.url, video=None, audio=None, token=first_of_worker.session_token)
+                controller = UnderstandClient(served.url, video=None, audio=None, token=one_of_worker.session_token)
+                try:
+                    await controller.connect(kind="control", session_id=one_of_worker.session_id)
+                finally:
+                    await controller.close()
+            # A WHEP player's offer and its viewer resource (Location) reach the owner too.
+            player = WhepPlayer("audio")
+            try:
+                await player.play(served, str(one_of_worker.session_id), viewing(one_of_worker))
+                assert await call("DELETE", player.location, one_of_worker.session_token) == 200
+            finally:
+                await player.close()
         for client in clients:
             session = f"{served.url}/v1/rtc/sessions/{client.session_id}"
             assert await call("DELETE", session, client.session_token) == 200
