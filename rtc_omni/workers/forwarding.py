@@ -114,7 +114,9 @@ class OwnerRouting:
         return self._clients[owner]
 
     async def _forward(self, request: web.Request, owner: int) -> web.StreamResponse:
-        headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP)
+        # aiohttp hands over a request body already decoded, so its Content-Encoding no longer applies.
+        dropped = _HOP_BY_HOP | {"content-encoding"}
+        headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in dropped)
         headers[FORWARDED_FOR] = request.remote or ""
         body = await request.read() if request.can_read_body else None
         url = f"http://worker-{owner}{request.path_qs}"
