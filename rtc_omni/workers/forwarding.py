@@ -118,7 +118,7 @@ class OwnerRouting:
         dropped = _HOP_BY_HOP | {"content-encoding"}
         headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in dropped)
         headers[FORWARDED_FOR] = request.remote or ""
-        body = await request.read() if request.can_read_body else None
+        body = await request.read() if request.body_exists else None  # kept since text_body read it
         url = f"http://worker-{owner}{request.path_qs}"
         try:
             answer = await self._client(owner).request(
