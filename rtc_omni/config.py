@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from .protocol.validation import describe_validation_error
 
 ENV_PREFIX = "RTC_OMNI_"
+MAX_WORKERS = 256
 
 
 class Settings(BaseModel):
@@ -165,7 +166,6 @@ class Settings(BaseModel):
     max_sessions: int = Field(64, ge=1, description="Concurrent sessions, across all workers; more get 503.")
     workers: str = Field(
         "1",
-        pattern=r"^(auto|[1-9][0-9]{0,3})$",
         description="Worker processes sharing the HTTP port (SO_REUSEPORT), each owning the media of the sessions "
         "it answered; 'auto': one per CPU core (docs/deployment.md, \"Several workers\").",
     )
@@ -283,6 +283,13 @@ class Settings(BaseModel):
         if self.engine == "remote" and not self.upstream:
             raise ValueError("--engine remote needs at least one --upstream ws://HOST:PORT")
         return self
+
+    @field_validator("workers")
+    @classmethod
+    def _check_worker_count(cls, value: str) -> str:
+        if value != "auto" and not (value.isdigit() and 1 <= int(value) <= MAX_WORKERS):
+            raise ValueError(f"must be 'auto' or a number of worker processes from 1 to {MAX_WORKERS}")
+        return value
 
     @field_validator("upstream")
     @classmethod

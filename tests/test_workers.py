@@ -217,8 +217,8 @@ def test_workers_split_the_ice_port_range() -> None:
             "3 ports, fewer than the 4 workers",
         ),
         ({"RTC_OMNI_WORKERS": "2", "RTC_OMNI_ENGINE": "vllm"}, "--engine remote --upstream"),
-        ({"RTC_OMNI_WORKERS": "0"}, "--workers"),
-        ({"RTC_OMNI_WORKERS": "many"}, "--workers"),
+        ({"RTC_OMNI_WORKERS": "0"}, "--workers (RTC_OMNI_WORKERS): must be 'auto' or a number"),
+        ({"RTC_OMNI_WORKERS": "many"}, "must be 'auto' or a number of worker processes"),
     ],
 )
 def test_unusable_worker_settings_are_refused_with_the_reason(environ: dict[str, str], message: str) -> None:
