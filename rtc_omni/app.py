@@ -17,9 +17,18 @@ from .metrics import get_metrics, watch_sessions
 from .sessions.recordings import RecordingStore
 from .sessions.registry import SessionRegistry
 from .signaling import client_secrets, ice, offer, realtime_calls, websocket, whep, whip
-from .signaling.capabilities import SESSION_TOKENS, RedactingAccessLogger, SessionTokens, server_token_auth
+from .signaling.capabilities import (
+    SESSION_TOKENS,
+    RedactingAccessLogger,
+    SessionTokens,
+    checks_its_own_access,
+    server_token_auth,
+)
 from .signaling.keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 from .signaling.limits import ConnectionLimit, cors_allow_list, session_rate_limit, text_body
+from .workers import Worker
+from .workers.forwarding import REDEEM_PATH, OwnerRouting, sibling_client_address
+from .workers.supervisor import bind_shared_port
 
 logger = logging.getLogger(__name__)
 
@@ -83,19 +92,23 @@ async def _start_engines(app: web.Application) -> None:
     app[ENGINES].understand, app[ENGINES].generate = built.understand, built.generate
 
 
-def create_app(settings: Settings, engines: Engines | None = None) -> web.Application:
-    """Build the server. `engines` overrides the ones the settings name (tests pass their own)."""
+def create_app(settings: Settings, engines: Engines | None = None, worker: Worker | None = None) -> web.Application:
+    """Build the server. `engines` overrides the ones the settings name (tests pass their own);
+    `worker`: this process is one of `--workers N` (workers/)."""
     patches.apply(None if settings.gather_all_interfaces else settings.ice_address, settings.ice_ports)
-    middlewares = []
+    middlewares = [] if worker is None else [sibling_client_address()]
     if settings.cors_origin:
         middlewares.append(cors_allow_list(settings.cors_origin))
-    keys = client_secrets.EphemeralKeys()
-    middlewares.append(client_secrets.ephemeral_auth(keys))
+    keys = client_secrets.EphemeralKeys(owner_prefix="" if worker is None else worker.session_id_prefix)
+    routing = None if worker is None else OwnerRouting(worker, keys)
+    middlewares.append(client_secrets.ephemeral_auth(keys, None if routing is None else routing.redeem))
     if settings.auth_token:
         middlewares.append(server_token_auth())
     if settings.session_rate_limit:
         middlewares.append(session_rate_limit(settings.session_rate_limit))
     middlewares.append(text_body(settings.http_body_timeout))
+    if routing is not None:  # innermost: the body is read, the caller's address counted, by now
+        middlewares.append(routing.middleware())
     app = web.Application(
         client_max_size=offer.MAX_OFFER_BYTES,
         middlewares=middlewares,
@@ -104,11 +117,14 @@ def create_app(settings: Settings, engines: Engines | None = None) -> web.Applic
         handler_args={"keepalive_timeout": settings.http_idle_timeout},
     )
     app[SETTINGS] = settings
-    app[SESSION_TOKENS] = SessionTokens()
+    app[SESSION_TOKENS] = SessionTokens(None if worker is None else worker.token_key)
     app[ENGINES] = engines if engines is not None else Engines()
     if engines is None:
         app.on_startup.append(_start_engines)
-    app[REGISTRY] = SessionRegistry(settings.max_sessions)
+    if worker is None:
+        app[REGISTRY] = SessionRegistry(settings.max_sessions)
+    else:
+        app[REGISTRY] = SessionRegistry(settings.max_sessions, worker.slots, worker.session_id_prefix)
     app[RECORDINGS] = RecordingStore(settings.recording_dir, settings.max_recordings, settings.max_recording_bytes)
     watch_sessions(app[REGISTRY])
     app.router.add_get("/healthz", healthz)
@@ -124,15 +140,25 @@ def create_app(settings: Settings, engines: Engines | None = None) -> web.Applic
     app.router.add_get("/v1/ice-servers", ice.get_ice_servers)
     app.on_shutdown.append(_close_sessions)
     app.on_cleanup.append(_close_engines)
+    if routing is not None:
+        app.router.add_post(REDEEM_PATH, checks_its_own_access(routing.redeem_for_sibling))
+        app.on_cleanup.append(routing.close)
     return app
 
 
 SHUTDOWN_TIMEOUT_S = 10.0
 
 
-async def serve(app: web.Application, settings: Settings, on_listening: Callable[[int], None] | None = None) -> None:
+async def serve(
+    app: web.Application,
+    settings: Settings,
+    on_listening: Callable[[int], None] | None = None,
+    worker: Worker | None = None,
+) -> None:
     """Serve `app` on --host/--port until SIGINT or SIGTERM, then shut down gracefully; `on_listening`
     gets the bound port once the engines are up and the server listens (the CLI's ready banner).
+    A `worker` shares the port with its siblings (SO_REUSEPORT) and also listens on its private
+    Unix socket for the requests they forward to it (workers/forwarding.py).
 
     aiohttp's run_app, plus the cap on connections per client address (ConnectionLimit), which
     needs the listening socket's protocol factory.
@@ -145,13 +171,18 @@ async def serve(app: web.Application, settings: Settings, on_listening: Callable
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     limited = ConnectionLimit(runner.server, settings.max_connections_per_client)
+    listeners: list[asyncio.Server] = []
     try:
-        listener = await loop.create_server(limited, settings.host, settings.port)
+        if worker is None:
+            listeners.append(await loop.create_server(limited, settings.host, settings.port))
+        else:
+            shared = bind_shared_port(settings.host, settings.port)
+            listeners.append(await loop.create_server(limited, sock=shared))
+            listeners.append(await loop.create_unix_server(runner.server, str(worker.socket_path(worker.index))))
         if on_listening is not None:
-            on_listening(listener.sockets[0].getsockname()[1])
-        try:
-            await stop.wait()
-        finally:
-            listener.close()
+            on_listening(listeners[0].sockets[0].getsockname()[1])
+        await stop.wait()
     finally:
+        for listener in listeners:
+            listener.close()
         await runner.cleanup()

@@ -11,19 +11,23 @@ import logging
 import socket
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
 from .bench.cli import add_arguments as add_bench_arguments
 from .bench.cli import main as run_bench
 from .client.peer import check_server_url
-from .config import add_settings_arguments, load_settings
+from .config import Settings, add_settings_arguments, load_settings
 from .engines.vllm_runtime import INSTALL_HINT, EngineUnavailable
 from .logs import configure_logging
 from .protocol.generate import VideoGenerationRequest, coerce_start_fields
 from .protocol.understand import SessionConfig
 from .protocol.validation import FieldLabel, describe_validation_error, error_text
+
+if TYPE_CHECKING:
+    from .workers import Worker
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 # `rtc-omni client generate` flags not named after the request field they set, for error messages.
@@ -40,23 +44,38 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .app import create_app, serve
-
     settings = load_settings(args)
     if settings.engine == "vllm" and importlib.util.find_spec("vllm_omni") is None:
         print(f"rtc-omni: {INSTALL_HINT}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_format)
-    app = create_app(settings)
+    workers = settings.worker_count
 
-    def listening(port: int) -> None:  # once the engines are up and the port is bound
+    def listening(port: int) -> None:  # once the engines are up and the port is bound (in every worker)
         print(
-            f"rtc-omni: engine={settings.engine} ice={','.join(settings.ice_address)} on http://{settings.host}:{port}",
+            f"rtc-omni: engine={settings.engine} ice={','.join(settings.ice_address)} on http://{settings.host}:{port}"
+            + (f" ({workers} workers)" if workers > 1 else ""),
             flush=True,
         )
 
+    if workers == 1:
+        return _serve_process(settings, None, listening)
+    from .workers.supervisor import run_workers
+
     try:
-        asyncio.run(serve(app, settings, on_listening=listening))
+        return run_workers(settings, _serve_process, listening)
+    except OSError as exc:
+        print(f"rtc-omni: {_listen_error(exc, settings.host, settings.port)}", file=sys.stderr)
+        return 2
+
+
+def _serve_process(settings: Settings, worker: Worker | None, on_listening: Callable[[int], None]) -> int:
+    """Run one server process (the only one, or one of --workers) until it is told to stop."""
+    from .app import create_app, serve
+
+    app = create_app(settings, worker=worker)
+    try:
+        asyncio.run(serve(app, settings, on_listening=on_listening, worker=worker))
     except EngineUnavailable as exc:
         print(f"rtc-omni: {exc}", file=sys.stderr)
         return 2

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from .protocol.validation import describe_validation_error
 
 ENV_PREFIX = "RTC_OMNI_"
+MAX_WORKERS = 256
 
 
 class Settings(BaseModel):
@@ -169,7 +170,12 @@ class Settings(BaseModel):
         description="Browser origins allowed to call the API from other sites ('*' for any); repeat for "
         "several. Empty: handlers' defaults (WHIP allows any origin, as RFC 9725 expects).",
     )
-    max_sessions: int = Field(64, ge=1, description="Concurrent sessions; more get 503.")
+    max_sessions: int = Field(64, ge=1, description="Concurrent sessions, across all workers; more get 503.")
+    workers: str = Field(
+        "1",
+        description="Worker processes sharing the HTTP port (SO_REUSEPORT), each owning the media of the sessions "
+        "it answered; 'auto': one per CPU core (docs/deployment.md, \"Several workers\").",
+    )
     max_connections_per_client: int = Field(
         64,
         ge=1,
@@ -265,10 +271,32 @@ class Settings(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _check_workers(self) -> Settings:
+        count = self.worker_count
+        if count > 1 and self.engine == "vllm":
+            raise ValueError(
+                "--workers > 1 cannot share one in-process vLLM engine: run one `--engine vllm --workers 1` server "
+                "and put `--engine remote --upstream ws://HOST:PORT --workers N` in front of it (docs/deployment.md)"
+            )
+        ports = self.ice_ports
+        if ports is not None and len(ports) < count:
+            raise ValueError(
+                f"--ice-port-min..--ice-port-max has {len(ports)} ports, fewer than the {count} workers sharing them"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_remote_has_upstreams(self) -> Settings:
         if self.engine == "remote" and not self.upstream:
             raise ValueError("--engine remote needs at least one --upstream ws://HOST:PORT")
         return self
+
+    @field_validator("workers")
+    @classmethod
+    def _check_worker_count(cls, value: str) -> str:
+        if value != "auto" and not (value.isdigit() and 1 <= int(value) <= MAX_WORKERS):
+            raise ValueError(f"must be 'auto' or a number of worker processes from 1 to {MAX_WORKERS}")
+        return value
 
     @field_validator("upstream")
     @classmethod
@@ -281,6 +309,13 @@ class Settings(BaseModel):
     @property
     def gather_all_interfaces(self) -> bool:
         return self.ice_address == ["all"]
+
+    @property
+    def worker_count(self) -> int:
+        """--workers as a number: 'auto' is the CPU cores this process may run on."""
+        if self.workers == "auto":
+            return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return int(self.workers)
 
     @property
     def ice_ports(self) -> range | None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..workers import SessionSlots
 
 
 class LiveSession(Protocol):
@@ -27,9 +30,17 @@ def new_session_id() -> str:
 
 
 class SessionRegistry:
-    def __init__(self, max_sessions: int) -> None:
+    """The sessions of this process. With --workers, `slots` counts every worker's sessions against
+    `max_sessions`, and `id_prefix` names this worker in the ids it makes."""
+
+    def __init__(self, max_sessions: int, slots: SessionSlots | None = None, id_prefix: str = "") -> None:
         self.max_sessions = max_sessions
+        self.slots = slots
+        self.id_prefix = id_prefix
         self._sessions: dict[str, LiveSession] = {}
+
+    def new_session_id(self) -> str:
+        return self.id_prefix + new_session_id()
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -41,19 +52,25 @@ class SessionRegistry:
         return session_id in self._sessions
 
     def check_capacity(self) -> None:
-        if len(self._sessions) >= self.max_sessions:
+        open_now = len(self._sessions) if self.slots is None else self.slots.total()
+        if open_now >= self.max_sessions:
             raise SessionLimitReached(f"session limit of {self.max_sessions} reached")
 
     def add(self, session: LiveSession) -> None:
-        self.check_capacity()
+        if self.slots is None:
+            self.check_capacity()
+        elif not self.slots.take(self.max_sessions):
+            raise SessionLimitReached(f"session limit of {self.max_sessions} reached (across all workers)")
         self._sessions[session.session_id] = session
 
     def get(self, session_id: str) -> LiveSession | None:
         return self._sessions.get(session_id)
 
     def remove(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
+        if self._sessions.pop(session_id, None) is not None and self.slots is not None:
+            self.slots.release()
 
     async def close_all(self) -> None:
         await asyncio.gather(*(s.close() for s in list(self._sessions.values())), return_exceptions=True)
-        self._sessions.clear()
+        for session_id in list(self._sessions):
+            self.remove(session_id)

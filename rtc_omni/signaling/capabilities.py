@@ -43,8 +43,8 @@ CHALLENGE = {"WWW-Authenticate": 'Bearer realm="rtc-omni"'}
 class SessionTokens:
     """Mints and checks the tokens of every session of this server."""
 
-    def __init__(self) -> None:
-        self._key = secrets.token_bytes(32)
+    def __init__(self, key: bytes | None = None) -> None:
+        self._key = key if key is not None else secrets.token_bytes(32)  # workers share their parent's
 
     def token(self, session_id: str, scope: Scope) -> str:
         digest = hmac.new(self._key, f"{scope}:{session_id}".encode(), hashlib.sha256).digest()

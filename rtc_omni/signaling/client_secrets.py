@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -51,8 +52,9 @@ class Grant:
 class EphemeralKeys:
     """The outstanding keys; a key is forgotten when redeemed or expired."""
 
-    def __init__(self, max_keys: int = MAX_KEYS) -> None:
+    def __init__(self, max_keys: int = MAX_KEYS, owner_prefix: str = "") -> None:
         self.max_keys = max_keys
+        self.owner_prefix = owner_prefix  # with --workers, the minting worker's (workers/identity.py)
         self._grants: dict[str, Grant] = {}
 
     def mint(self, seconds: int, config: dict[str, Any]) -> tuple[str, Grant] | None:
@@ -61,7 +63,7 @@ class EphemeralKeys:
         self._grants = {key: grant for key, grant in self._grants.items() if grant.expires_at > now}
         if len(self._grants) >= self.max_keys:
             return None
-        key = KEY_PREFIX + secrets.token_urlsafe(24)
+        key = KEY_PREFIX + self.owner_prefix + secrets.token_urlsafe(24)
         grant = self._grants[key] = Grant(now + seconds, config)
         return key, grant
 
@@ -90,15 +92,19 @@ async def create_client_secret(request: web.Request) -> web.Response:
     )
 
 
-def ephemeral_auth(keys: EphemeralKeys) -> Middleware:
+Redeem = Callable[[str], Awaitable[Grant | None]]
+
+
+def ephemeral_auth(keys: EphemeralKeys, redeem: Redeem | None = None) -> Middleware:
     """Redeem a `Bearer ek_...` key on the paths that open a realtime session (401 if it is not
-    valid); the request then needs no server token, and `opening_config` holds the key's session."""
+    valid); the request then needs no server token, and `opening_config` holds the key's session.
+    `redeem` replaces `keys.redeem` where another process may hold the key (--workers)."""
 
     @web.middleware
     async def redeem_key(request: web.Request, handler: Handler) -> web.StreamResponse:
         given = bearer_credentials(request.headers.get("Authorization", "")) or ""
         if request.path in SESSION_PATHS and given.startswith(KEY_PREFIX):
-            grant = keys.redeem(given)
+            grant = keys.redeem(given) if redeem is None else await redeem(given)
             if grant is None:
                 return json_error(401, "the ephemeral key is unknown, used or expired")
             request[GRANT] = grant.config

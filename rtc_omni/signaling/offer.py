@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from ..logs import SESSION_ID
 from ..protocol.generate import RECORDING_PATH
 from ..protocol.validation import describe_validation_error
-from ..sessions.registry import SessionLimitReached, new_session_id
+from ..sessions.registry import SessionLimitReached
 from .capabilities import access_refusal, checks_its_own_access, requires, session_credentials
 from .factory import Services
 from .keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
@@ -89,7 +89,7 @@ async def open_session(
     """
     registry = app[REGISTRY]
     registry.check_capacity()
-    session_id = new_session_id()
+    session_id = registry.new_session_id()
     SESSION_ID.set(session_id)  # this task's logs, and those of the tasks it starts, name the session
 
     async def forget(_peer: PeerSession) -> None:
@@ -98,7 +98,11 @@ async def open_session(
     peer = PeerSession(
         session_id, kind, Services.of(app), on_closed=forget, ingest_only=ingest_only, realtime_config=realtime_config
     )
-    registry.add(peer)
+    try:
+        registry.add(peer)  # with --workers, another worker may have taken the last place meanwhile
+    except SessionLimitReached:
+        await peer.close()
+        raise
     async with closed_on_failure(peer):
         answer = await peer.accept(RTCSessionDescription(sdp=sdp, type="offer"))
     return peer, answer

@@ -25,7 +25,7 @@ from ..media.fmp4_sink import Fmp4ChunkSink
 from ..protocol import generate as generate_proto
 from ..protocol import realtime as realtime_proto
 from ..protocol import understand as understand_proto
-from ..sessions.registry import SessionLimitReached, new_session_id
+from ..sessions.registry import SessionLimitReached
 from ..tasks import TaskSet
 from .client_secrets import opening_config
 from .factory import AnySession, KindNotServed, Services, create_session
@@ -191,7 +191,7 @@ async def _serve(
     ws = web.WebSocketResponse(max_msg_size=max_msg_size)
     await ws.prepare(request)
     services, registry = Services.of(request.app), request.app[REGISTRY]
-    session_id, outbox = new_session_id(), Outbox(ws)
+    session_id, outbox = registry.new_session_id(), Outbox(ws)
     SESSION_ID.set(session_id)
     carrier = WebSocketCarrier(outbox, services.settings.websocket_audio_events)
     try:
@@ -200,12 +200,11 @@ async def _serve(
         )
     except KindNotServed as exc:
         return await _refuse(ws, str(exc))
+    binding = WebSocketSession(session_id, ws, outbox, session, carrier.sink)
     try:
-        registry.check_capacity()
+        registry.add(binding)
     except SessionLimitReached as exc:
         return await _refuse(ws, str(exc))
-    binding = WebSocketSession(session_id, ws, outbox, session, carrier.sink)
-    registry.add(binding)
     try:
         await binding.serve()
     finally:

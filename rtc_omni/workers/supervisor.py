@@ -1,0 +1,173 @@
+"""The parent of `rtc-omni serve --workers N`: bind the port, fork the workers, watch them.
+
+The parent binds the HTTP port first (SO_REUSEPORT, without listening), so `--port 0` has a real
+port to print and to hand down, and keeps it bound while the workers listen on it. It forks before
+any event loop or aiortc object exists: each worker builds its own. It makes the state the workers
+share: the session-token key, the session counts (slots.py) and the folder of their Unix sockets.
+
+A worker that dies takes its sessions' media with it; the parent does not restart it silently but
+logs which one died and how, stops the others and exits non-zero, so that the service manager
+(systemd, Kubernetes) restarts the whole server and the clients see their sessions end.
+SIGTERM/SIGINT are passed on to the workers, which close their sessions as a single server does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+from ..config import Settings
+from .identity import Worker
+from .slots import SessionSlots
+
+logger = logging.getLogger(__name__)
+
+# What the CLI runs in each worker: settings, the worker, the callback once it listens -> exit status.
+ServeWorker = Callable[[Settings, Worker, Callable[[int], None]], int]
+STOP_GRACE_S = 15.0  # a worker's own shutdown takes up to app.SHUTDOWN_TIMEOUT_S (10 s)
+POLL_S = 0.5
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def bind_shared_port(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to host:port that other processes of this user may bind too (SO_REUSEPORT):
+    the kernel spreads new connections over those that listen."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
+        0
+    ]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def worker_settings(settings: Settings, index: int, count: int, port: int) -> Settings:
+    """A worker's settings: the port the parent bound, and its own share of the ICE port range."""
+    update: dict[str, object] = {"port": port}
+    ports = settings.ice_ports
+    if ports is not None:
+        share = len(ports) // count  # config.py refuses a range smaller than the worker count
+        low = ports.start + index * share
+        update["ice_port_min"] = low
+        update["ice_port_max"] = ports.stop - 1 if index == count - 1 else low + share - 1
+    return settings.model_copy(update=update)
+
+
+def _worker_main(
+    serve_worker: ServeWorker, settings: Settings, worker: Worker, ready: multiprocessing.connection.Connection
+) -> None:
+    for signum in (signal.SIGINT, signal.SIGTERM):  # the parent's handlers are not this process's
+        signal.signal(signum, signal.SIG_DFL)
+    if sys.platform == "linux":  # a parent killed outright (SIGKILL) takes its workers with it
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    sys.exit(serve_worker(settings, worker, lambda _port: ready.send(worker.index)))
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with status {code}"
+
+
+def run_workers(settings: Settings, serve_worker: ServeWorker, on_listening: Callable[[int], None]) -> int:
+    """Serve with `settings.worker_count` workers until SIGTERM/SIGINT (0) or a worker's death (non-zero).
+
+    Raises OSError when the port cannot be bound."""
+    count = settings.worker_count
+    port_holder = bind_shared_port(settings.host, settings.port)
+    port = port_holder.getsockname()[1]
+    socket_dir = Path(tempfile.mkdtemp(prefix="rtc-omni-workers-"))  # mode 0700: this user's only
+    context = multiprocessing.get_context("fork")
+    ready_reader, ready_writer = context.Pipe(duplex=False)
+    slots = SessionSlots(count)
+    token_key = secrets.token_bytes(32)
+    processes: list[multiprocessing.process.BaseProcess] = []
+    try:
+        for index in range(count):
+            worker = Worker(index, count, socket_dir, token_key, slots.owned_by(index))
+            process = context.Process(
+                target=_worker_main,
+                args=(serve_worker, worker_settings(settings, index, count, port), worker, ready_writer),
+                name=f"rtc-omni-worker-{index}",
+            )
+            process.start()
+            processes.append(process)
+        return _supervise(processes, ready_reader, slots, lambda: on_listening(port))
+    finally:
+        _stop(processes)
+        shutil.rmtree(socket_dir, ignore_errors=True)
+        port_holder.close()
+
+
+def _supervise(
+    processes: list[multiprocessing.process.BaseProcess],
+    ready: multiprocessing.connection.Connection,
+    slots: SessionSlots,
+    on_all_ready: Callable[[], None],
+) -> int:
+    stopping: list[int] = []
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        stopping.append(signum)
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+    waiting_for = set(range(len(processes)))
+    sentinels = {process.sentinel: index for index, process in enumerate(processes)}
+    try:
+        while not stopping:
+            for event in multiprocessing.connection.wait([ready, *sentinels], timeout=POLL_S):
+                if event is ready:
+                    waiting_for.discard(ready.recv())
+                    if not waiting_for:
+                        on_all_ready()
+                    continue
+                index = sentinels[event]  # type: ignore[index]
+                process = processes[index]
+                process.join()
+                slots.clear(index)
+                logger.error(
+                    "worker %d (pid %s) %s; stopping the other workers (its sessions are lost)",
+                    index,
+                    process.pid,
+                    _describe_exit(process.exitcode),
+                )
+                return process.exitcode if process.exitcode and process.exitcode > 0 else 1
+        logger.info("%s: stopping %d workers", signal.Signals(stopping[0]).name, len(processes))
+        return 0
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _stop(processes: list[multiprocessing.process.BaseProcess]) -> None:
+    """SIGTERM to every live worker, then SIGKILL to any still running after STOP_GRACE_S."""
+    for process in processes:
+        if process.is_alive() and process.pid is not None:
+            os.kill(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            logger.error(
+                "worker %s (pid %s) did not stop within %g s; killing it", process.name, process.pid, STOP_GRACE_S
+            )
+            process.kill()
+            process.join()

@@ -1,0 +1,230 @@
+"""`rtc-omni serve --workers N`: workers share the port, and every session's routes reach the worker
+that owns it, whichever worker the kernel hands the connection to; one --max-sessions across them;
+a dead worker stops the server with a log line naming it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from rtc_omni.client.peer import SignalingError, UnderstandClient
+from rtc_omni.config import SettingsError, load_settings
+from rtc_omni.workers.supervisor import worker_settings
+
+from .test_whep import WhepPlayer, viewing
+
+BANNER = re.compile(r"on (http://127\.0\.0\.1:\d+) \(2 workers\)")
+MAX_CLIENTS = 16  # sessions opened until both workers own one (each lands on either: 2^-15 to miss)
+ROUNDS = 8  # calls per session, each on a new connection, so the kernel picks a worker each time
+
+
+class Served:
+    def __init__(self, process: subprocess.Popen[str], url: str, log: Path) -> None:
+        self.process, self.url, self.log = process, url, log
+
+    def worker_pids(self) -> list[int]:
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text()
+        return [int(pid) for pid in children.split()]
+
+
+def start_workers(tmp_path: Path, *args: str) -> Served:
+    """`rtc-omni serve --workers 2 --port 0 ARGS`, once its banner (printed when both listen) is out."""
+    log = tmp_path / "server.log"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rtc_omni",
+            "serve",
+            "--workers",
+            "2",
+            "--port",
+            "0",
+            "--session-rate-limit",
+            "0",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        text=True,
+    )
+    assert process.stdout is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        readable, _, _ = select.select([process.stdout], [], [], 1.0)
+        line = process.stdout.readline() if readable else ""
+        if match := BANNER.search(line):
+            return Served(process, match.group(1), log)
+        assert process.poll() is None, log.read_text()
+    process.kill()
+    raise AssertionError(f"no banner within 30 s: {log.read_text()}")
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    server = start_workers(tmp_path)
+    yield server
+    if server.process.poll() is None:
+        server.process.kill()
+        server.process.wait()
+
+
+def owner(session_id: str) -> str:
+    return session_id.split(".", 1)[0]
+
+
+async def open_sessions_on_both_workers(url: str) -> AsyncIterator[UnderstandClient]:
+    """Control-only clients (no media to encode), until both w0 and w1 own at least one."""
+    owners: set[str] = set()
+    for _ in range(MAX_CLIENTS):
+        client = UnderstandClient(url, video=None, audio=None)
+        await client.connect()
+        assert client.session_id is not None
+        owners.add(owner(client.session_id))
+        yield client
+        if owners == {"w0", "w1"}:
+            return
+    raise AssertionError(f"{MAX_CLIENTS} sessions all went to {owners}")
+
+
+async def call(method: str, url: str, token: str | None) -> int:
+    """One request on its own connection (a new one: the kernel may give it to either worker)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
+        async with http.request(method, url, headers=headers) as response:
+            await response.read()
+            return response.status
+
+
+@pytest.mark.media
+async def test_every_session_route_reaches_the_worker_that_owns_it(served: Served) -> None:
+    clients = [client async for client in open_sessions_on_both_workers(served.url)]
+    try:
+        for client in clients:
+            session = f"{served.url}/v1/rtc/sessions/{client.session_id}"
+            assert [await call("GET", session, client.view_token) for _ in range(ROUNDS)] == [200] * ROUNDS
+        # Attaching a controller names the session in the offer's body, not the path.
+        for one_of_worker in {owner(c.session_id or ""): c for c in clients}.values():
+            for _ in range(3):
+                controller = UnderstandClient(served.url, video=None, audio=None, token=one_of_worker.session_token)
+                try:
+                    await controller.connect(kind="control", session_id=one_of_worker.session_id)
+                finally:
+                    await controller.close()
+            # A WHEP player's offer and its viewer resource (Location) reach the owner too.
+            player = WhepPlayer("audio")
+            try:
+                await player.play(served, str(one_of_worker.session_id), viewing(one_of_worker))
+                assert await call("DELETE", player.location, one_of_worker.session_token) == 200
+            finally:
+                await player.close()
+        for client in clients:
+            session = f"{served.url}/v1/rtc/sessions/{client.session_id}"
+            assert await call("DELETE", session, client.session_token) == 200
+            assert [await call("GET", session, client.view_token) for _ in range(ROUNDS)] == [404] * ROUNDS
+    finally:
+        await asyncio.gather(*(client.close() for client in clients))
+    served.process.send_signal(signal.SIGTERM)
+    assert served.process.wait(timeout=30) == 0
+
+
+async def open_realtime(url: str, key: str) -> str | int:
+    """Open WS /v1/realtime with an ephemeral key: its first event's type, or the refusal's status."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
+        try:
+            async with http.ws_connect(
+                url.replace("http", "ws") + "/v1/realtime?model=qwen3-omni", headers={"Authorization": f"Bearer {key}"}
+            ) as ws:
+                first = await ws.receive_json(timeout=10)
+                instructions = first["session"]["instructions"]
+                return f"{first['type']}: {instructions}"
+        except aiohttp.WSServerHandshakeError as exc:
+            return exc.status
+
+
+@pytest.mark.media
+async def test_an_ephemeral_key_opens_one_session_whichever_worker_minted_it(served: Served) -> None:
+    keys: list[str] = []
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
+        while {key[:5] for key in keys} != {"ek_w0", "ek_w1"}:
+            assert len(keys) < MAX_CLIENTS, f"every key came from one worker: {keys}"
+            body = {"session": {"type": "realtime", "instructions": f"Key {len(keys)}."}}
+            async with http.post(f"{served.url}/v1/realtime/client_secrets", json=body) as response:
+                keys.append((await response.json())["value"])
+    for number, key in enumerate(keys):  # each on a new connection: usually another worker than the minter
+        assert await open_realtime(served.url, key) == f"session.created: Key {number}."
+        assert await open_realtime(served.url, key) == 401
+
+
+@pytest.mark.media
+async def test_max_sessions_counts_the_sessions_of_every_worker(tmp_path: Path) -> None:
+    server = start_workers(tmp_path, "--max-sessions", "2")
+    clients: list[UnderstandClient] = []
+    try:
+        for _ in range(2):
+            clients.append(UnderstandClient(server.url, video=None, audio=None))
+            await clients[-1].connect()
+        for _ in range(ROUNDS):  # wherever the third lands, the limit is the server's, not the worker's
+            refused = UnderstandClient(server.url, video=None, audio=None)
+            with pytest.raises(SignalingError) as raised:
+                await refused.connect()
+            await refused.close()
+            assert raised.value.status == 503
+        first = clients.pop(0)
+        assert await call("DELETE", f"{server.url}/v1/rtc/sessions/{first.session_id}", first.session_token) == 200
+        await first.close()
+        clients.append(UnderstandClient(server.url, video=None, audio=None))
+        await clients[-1].connect()  # the closed session's place is free again
+    finally:
+        await asyncio.gather(*(client.close() for client in clients))
+        server.process.kill()
+        server.process.wait()
+
+
+@pytest.mark.media
+def test_a_worker_killed_stops_the_server_with_a_log_line(served: Served) -> None:
+    survivor, victim = served.worker_pids()
+    os.kill(victim, signal.SIGKILL)
+    assert served.process.wait(timeout=30) != 0
+    assert re.search(rf"worker \d \(pid {victim}\) was killed by SIGKILL", served.log.read_text())
+    assert not Path(f"/proc/{survivor}").exists()  # stopped (and reaped) by the parent
+
+
+def test_workers_split_the_ice_port_range() -> None:
+    settings = load_settings(
+        environ={"RTC_OMNI_WORKERS": "3", "RTC_OMNI_ICE_PORT_MIN": "50000", "RTC_OMNI_ICE_PORT_MAX": "50010"}
+    )
+    shares = [worker_settings(settings, index, 3, 8080).ice_ports for index in range(3)]
+    assert shares == [range(50000, 50003), range(50003, 50006), range(50006, 50011)]
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        (
+            {"RTC_OMNI_WORKERS": "4", "RTC_OMNI_ICE_PORT_MIN": "50000", "RTC_OMNI_ICE_PORT_MAX": "50002"},
+            "3 ports, fewer than the 4 workers",
+        ),
+        ({"RTC_OMNI_WORKERS": "2", "RTC_OMNI_ENGINE": "vllm"}, "--engine remote --upstream"),
+        ({"RTC_OMNI_WORKERS": "0"}, "--workers (RTC_OMNI_WORKERS): must be 'auto' or a number"),
+        ({"RTC_OMNI_WORKERS": "many"}, "must be 'auto' or a number of worker processes"),
+    ],
+)
+def test_unusable_worker_settings_are_refused_with_the_reason(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=re.escape(message)):
+        load_settings(environ=environ)
+
+
+def test_auto_means_one_worker_per_core() -> None:
+    assert load_settings(environ={"RTC_OMNI_WORKERS": "auto"}).worker_count == len(os.sched_getaffinity(0))
