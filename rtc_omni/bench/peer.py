@@ -47,7 +47,7 @@ async def measure(python: str, sessions: int, seconds: float) -> dict[str, Any]:
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url + "/healthz", process)
-        clients = [replaying_client(url, AudioFirstClient) for _ in range(sessions)]
+        clients = [replaying_client(url, client_class=AudioFirstClient) for _ in range(sessions)]
         try:
             for client in clients:
                 await client.connect(timeout=30)

@@ -20,11 +20,14 @@ import av
 import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from ..client.media import AUDIO_FRAME_SAMPLES, AUDIO_RATE
-from ..client.peer import UnderstandClient
+from ..client.media import AUDIO_FRAME_SAMPLES, AUDIO_RATE, camera_send_fps
+from ..client.peer import DEFAULT_SAMPLE_FPS, UnderstandClient
 from .understand import CAMERA, camera
 
 LOOP_SECONDS = 4  # whole seconds, so the mic's tone loops without a click
+# What a camera sends a session at the default sampling rate (the page's maxFramerate, the headless
+# client's cap: camera_send_fps), so the server decodes what real peers now send it.
+CAMERA_FPS = round(camera_send_fps(DEFAULT_SAMPLE_FPS))
 VIDEO_CLOCK_RATE = 90_000
 VIDEO_BITRATE = 500_000  # aiortc's VP8 sender starts at this rate, as the live-encoding peers did
 # A camera's sensor noise (standard deviation, 8-bit levels): without it the flat test picture
@@ -54,10 +57,10 @@ class EncodedLoop:
 
 
 @functools.cache
-def encode_camera(seconds: int = LOOP_SECONDS) -> EncodedLoop:
-    """The benchmark's camera (640x480@30, a moving block, sensor noise) as VP8, one keyframe at the
-    loop's start."""
-    width, height, fps = CAMERA
+def encode_camera(fps: int, seconds: int = LOOP_SECONDS) -> EncodedLoop:
+    """The benchmark's camera (640x480, a moving block, sensor noise) at `fps` as VP8, one keyframe
+    at the loop's start."""
+    width, height, _ = CAMERA
     count = seconds * fps
     codec = av.CodecContext.create("libvpx", "w")
     codec.width, codec.height, codec.pix_fmt = width, height, "yuv420p"
@@ -111,6 +114,8 @@ class ReplayTrack(MediaStreamTrack):
     """Hands out a loop's encoded frames as `av.Packet`s in real time, from the first frame on, over
     and over; remembers when each frame left (by pts) for latency measurements."""
 
+    pre_encoded = True  # no frame may be dropped on the way (UnderstandClient caps raw cameras only)
+
     def __init__(self, loop: EncodedLoop) -> None:
         super().__init__()
         self.kind = loop.kind
@@ -137,6 +142,9 @@ class ReplayTrack(MediaStreamTrack):
         return packet
 
 
-def replaying_client(url: str, client_class: type[UnderstandClient] = UnderstandClient) -> UnderstandClient:
+def replaying_client(
+    url: str, camera_fps: int = CAMERA_FPS, client_class: type[UnderstandClient] = UnderstandClient
+) -> UnderstandClient:
     """A peer whose camera (VP8) and mic (Opus) replay the shared loops, and that hears the talker."""
-    return client_class(url, video=ReplayTrack(encode_camera()), audio=ReplayTrack(encode_mic()), video_codec="vp8")
+    camera_loop = ReplayTrack(encode_camera(camera_fps))
+    return client_class(url, video=camera_loop, audio=ReplayTrack(encode_mic()), video_codec="vp8")

@@ -240,18 +240,20 @@ class UnderstandClient(ControlClient):
     ) -> None:
         super().__init__(server, token, ice_servers, relay_only, control)
         self.video, self.audio = video, audio
-        self.camera: ColourVideoTrack | FrameRateCap | None = None  # what the video sender sends
-        if video is not None:
+        self.camera: ColourVideoTrack | FrameRateCap | None = None  # the camera whose rate follows sample_fps
+        self.video_sent: MediaStreamTrack | None = video  # what the video sender sends
+        if video is not None and not getattr(video, "pre_encoded", False):  # encoded frames depend on each other
             self.camera = video if isinstance(video, ColourVideoTrack) else FrameRateCap(video)
             self.camera.max_fps = camera_send_fps(DEFAULT_SAMPLE_FPS)
+            self.video_sent = self.camera
         self.video_codec = video_codec
         self.receive_audio = receive_audio
         self.recorder: AudioRecorder | None = None
         self.modalities: list[str] = ["text", "audio"]
 
     def _add_transceivers(self) -> None:
-        if self.camera is not None:
-            transceiver = self.pc.addTransceiver(self.camera, direction="sendonly")
+        if self.video_sent is not None:
+            transceiver = self.pc.addTransceiver(self.video_sent, direction="sendonly")
             if self.video_codec is not None:
                 prefer_video_codec(transceiver, self.video_codec)
         if self.audio is not None:
