@@ -1,9 +1,9 @@
 """Echo check: is the microphone just hearing the talker again?
 
 A peer without echo cancellation plays the talker's speech into its own microphone. The talker
-records what it sent (downsampled to 16 kHz, with send times); when speech seems to start while
-the talker is audible, the recent microphone audio is correlated against that reference over the
-plausible round-trip delays. A strong match means echo, which must not interrupt the answer; a
+records each voiced packet it sends (downsampled to 16 kHz, with its send time); when speech seems
+to start while the talker is audible, the recent microphone audio is correlated against that
+reference over the plausible round-trip delays. A strong match means echo, which must not interrupt the answer; a
 person talking over the answer does not match, because their voice dominates the mix.
 """
 
@@ -25,28 +25,38 @@ _AUDIBLE_RMS = 0.005
 
 
 class EchoReference:
-    """What the talker played in the last couple of seconds, with the time each frame left."""
+    """What the talker played in the last few seconds, each packet with the time it left.
+
+    Only voiced packets are kept; `is_echo` lays them on a timeline, silence in the gaps.
+    """
 
     def __init__(self) -> None:
-        frames = int(KEEP_S * 50)
-        self._frames: deque[tuple[float, np.ndarray]] = deque(maxlen=frames)
+        packets = int(KEEP_S * 50)  # 20 ms packets, the shortest the talker sends
+        self._packets: deque[tuple[float, np.ndarray]] = deque(maxlen=packets)
 
-    def played(self, pcm48_mono: np.ndarray, at: float | None = None) -> None:
-        """Record one 20 ms frame of 48 kHz int16 audio as it is handed to the sender."""
-        samples = pcm48_mono.astype(np.float32).reshape(-1) / 32768.0
-        usable = samples[: samples.size - samples.size % 3]
-        self._frames.append((time.monotonic() if at is None else at, usable.reshape(-1, 3).mean(axis=1)))
+    def played(self, pcm24_mono: np.ndarray, at: float | None = None) -> None:
+        """Record one packet of 24 kHz int16 audio (a multiple of 3 samples) as it leaves."""
+        triples = pcm24_mono.reshape(-1, 3).astype(np.float32) / 32768.0
+        # 24 kHz -> 16 kHz: two outputs per three inputs, at input positions 0 and 1.5
+        pcm16k = np.empty(triples.shape[0] * 2, dtype=np.float32)
+        pcm16k[0::2] = triples[:, 0]
+        pcm16k[1::2] = (triples[:, 1] + triples[:, 2]) / 2
+        self._packets.append((time.monotonic() if at is None else at, pcm16k))
 
     def audible_since(self, since: float) -> bool:
-        return any(at >= since and float(np.sqrt(np.mean(x * x))) > _AUDIBLE_RMS for at, x in self._frames)
+        return any(at >= since and float(np.sqrt(np.mean(x * x))) > _AUDIBLE_RMS for at, x in self._packets)
 
     def is_echo(self, mic: np.ndarray, mic_end_at: float) -> bool:
         """Whether 16 kHz float `mic` audio, ending at `mic_end_at`, is mostly the talker's sound."""
         window_start = mic_end_at - mic.size / INPUT_SAMPLE_RATE - MAX_DELAY_S
-        parts = [x for at, x in self._frames if at >= window_start - 0.02 and at <= mic_end_at]
+        parts = [(at, x) for at, x in self._packets if window_start - 0.06 <= at <= mic_end_at]
         if not parts or mic.size == 0:
             return False
-        reference = np.concatenate(parts)
+        first = parts[0][0]
+        offsets = [round((at - first) * INPUT_SAMPLE_RATE) for at, _ in parts]
+        reference = np.zeros(max(o + x.size for o, (_, x) in zip(offsets, parts)), dtype=np.float32)
+        for offset, (_, x) in zip(offsets, parts):
+            reference[offset : offset + x.size] = x
         if reference.size < mic.size or float(np.sqrt(np.mean(reference * reference))) < _AUDIBLE_RMS:
             return False
         return max_normalised_correlation(reference, mic) >= ECHO_CORRELATION

@@ -11,6 +11,7 @@ tests/test_patches.py fails loudly when an aiortc or aioice release changes any 
 | jitter.py | aiortc | a video frame released on its RTP marker bit (per receiver) |
 | codecs.py | aiortc | read a transceiver's negotiated codecs (no public getter) |
 | keyframes.py | aiortc | a viewer's PLI/FIR reaches the shared encoder (per sender) |
+| decoding.py | aiortc | decoded frames handed over without a task each; mics decoded on the loop, 16 kHz mono |
 
 `apply()` runs at start-up: in `create_app` (the server), at the CLI's client and bench entry,
 and in the tests' conftest. Never from a constructor: the ICE policy is process-wide.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import ice, sctp
+from . import decoding, ice, sctp
 
 LOOPBACK = ("127.0.0.1",)
 
@@ -37,5 +38,6 @@ def apply(ice_addresses: Sequence[str] | None = LOOPBACK, ice_ports: range | Non
     if not _installed:
         ice.install()
         sctp.install()
+        decoding.install()
         _installed = True
     ice.set_policy(ice_addresses, ice_ports)
