@@ -96,6 +96,19 @@ async def test_aiortc_receiver_takes_the_marker_jitter_buffer() -> None:
     assert "x._data for x in packets" in inspect.getsource(JitterBuffer._remove_frame)
 
 
+async def test_aiortc_audio_receiver_takes_a_buffer_without_prefetch() -> None:
+    pc = RTCPeerConnection(rtc_configuration([]))
+    try:
+        pc.addTransceiver("audio")
+        receiver = pc.getTransceivers()[0].receiver
+        assert receiver._RTCRtpReceiver__jitter_buffer._prefetch == 4  # type: ignore[attr-defined]
+        jitter.release_audio_without_prefetch(pc)
+        buffer = receiver._RTCRtpReceiver__jitter_buffer  # type: ignore[attr-defined]
+        assert buffer._prefetch == 0 and buffer.capacity == jitter.AUDIO_CAPACITY and not buffer._is_video
+    finally:
+        await pc.close()
+
+
 async def test_aiortc_receiver_decodes_through_the_queue_the_mic_decoder_replaces() -> None:
     """The receiver starts `decoder_worker` by its module name with its decoder queue and its track's
     queue, and puts (codec, frame) on that decoder queue for every complete frame."""

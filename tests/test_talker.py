@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from aiortc.mediastreams import MediaStreamError
 
-from rtc_omni.media.talker import TalkerAudioTrack
+from rtc_omni.media.talker import TAIL_PACKETS, TalkerAudioTrack
 
 RTP_CLOCK = 48_000
 
@@ -55,7 +55,7 @@ async def test_an_idle_talker_encodes_and_sends_nothing() -> None:
 async def test_after_a_pause_timestamps_follow_the_wall_clock() -> None:
     talker = TalkerAudioTrack()
     await talker.write(tone(0.1))
-    first = [await talker.recv() for _ in range(3)]  # two voiced packets, then the silent tail
+    first = [await talker.recv() for _ in range(2 + TAIL_PACKETS)]  # two voiced packets, then the silent tail
     assert np.abs(decode(first)[-1000:]).max() < 0.01
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.5):
@@ -73,20 +73,20 @@ async def test_flush_silences_the_talker_within_one_packet() -> None:
     spoken = [await talker.recv() for _ in range(3)]
     assert talker.flush() > 1500
     assert await talker.wait_drained(0.1)
-    tail = await talker.recv()  # one silent packet ends the speech cleanly; then nothing
-    heard = decode([*spoken, tail])
+    tail = [await talker.recv() for _ in range(TAIL_PACKETS)]  # silent packets end the speech; then nothing
+    heard = decode(spoken + tail)
     assert np.abs(heard[-2000:]).max() < 0.01
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.3):
             await talker.recv()
-    assert talker.packets_sent == 4 and talker.voiced_ms_sent == 180
+    assert talker.packets_sent == 3 + TAIL_PACKETS and talker.voiced_ms_sent == 180
     talker.stop()
 
 
 async def test_the_echo_reference_holds_only_voiced_audio_at_16_khz() -> None:
     talker = TalkerAudioTrack()
     await talker.write(tone(0.12))
-    for _ in range(3):
+    for _ in range(2 + TAIL_PACKETS):
         await talker.recv()  # two voiced packets and the silent tail
     kept = list(talker.echo._packets)
     assert len(kept) == 2 and all(x.size == 960 for _, x in kept)  # 60 ms at 16 kHz each

@@ -6,9 +6,10 @@ sender then only packetizes (a track that yields av.Packet skips its executor ho
 audio-level loop), and the packet is encoded once for every consumer (media/fanout.py).
 
 While there is nothing to say, `recv()` waits: nothing is encoded and nothing is sent. Each pause
-starts with one encoded silent packet (it carries the encoder's lookahead, the end of the speech,
-and lets the peer's decoder fade out from silence) and ends by re-basing the timestamps on the wall
-clock, so the peer's jitter buffer sees a pause in a steady stream, as after Opus DTX.
+starts with TAIL_PACKETS encoded silent packets (the first carries the encoder's lookahead, the end
+of the speech; a peer's decoder then fades out from silence; and a plain aiortc receiver, which
+holds four packets, hands out the last of the speech) and ends by re-basing the timestamps on the
+wall clock, so the peer's jitter buffer sees a pause in a steady stream, as after Opus DTX.
 
 At most one packet is out of the talker's hands at a time, so `flush()` silences the talker within
 one packet time.
@@ -34,6 +35,7 @@ DEFAULT_PACKET_MS = 60  # speech: a third of the packets of 20 ms, the latency o
 SPEECH_BITRATE = 32_000  # wideband speech, mono
 OPUS_COMPLEXITY = 5  # of 0-10: ~20 % less CPU than libopus's default 10, no audible loss for speech
 _BYTES_PER_SAMPLE = 2
+TAIL_PACKETS = 5  # aiortc's audio jitter buffer releases a packet once 4 more have arrived
 _REANCHOR_AFTER_S = 0.2  # behind the clock by more than this: restart the clock instead of bursting
 _TIME_BASE = fractions.Fraction(1, RTP_CLOCK)
 
@@ -74,7 +76,7 @@ class TalkerAudioTrack(MediaStreamTrack):
         self._start: float | None = None
         self._pts = 0  # of the next packet, in RTP clock units since _start
         self._paused = True  # the previous packet time passed with nothing to send
-        self._tail_due = False  # voiced audio went out since the last silent packet
+        self._tail_left = 0  # silent packets still to send before the pause
         self.packets_sent = 0
         self.voiced_ms_sent = 0  # milliseconds of packets that carried the engine's audio
         self.echo = EchoReference()
@@ -122,9 +124,9 @@ class TalkerAudioTrack(MediaStreamTrack):
         while True:
             if self.readyState != "live":
                 raise MediaStreamError
-            if self._buffer or self._tail_due:
+            if self._buffer or self._tail_left:
                 await self._wait_for_packet_time()
-                if self._buffer or self._tail_due:  # a flush() may have come meanwhile
+                if self._buffer or self._tail_left:  # a flush() may have come meanwhile
                     return self._next_packet()
             self._paused = True
             self._audio.clear()
@@ -152,13 +154,13 @@ class TalkerAudioTrack(MediaStreamTrack):
         if chunk:
             self.echo.played(pcm)
             self.voiced_ms_sent += self.packet_ms
-            self._tail_due = True
+            self._tail_left = TAIL_PACKETS
             if len(self._buffer) < self.max_buffer_bytes:
                 self._space.set()
             if not self._buffer:
                 self._drained.set()
         else:
-            self._tail_due = False
+            self._tail_left -= 1
         frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate = TALKER_SAMPLE_RATE
         packets = self._encoder.encode(frame)  # libopus returns one packet per whole frame
