@@ -4,7 +4,9 @@ One headless peer (a 640x480@30 VP8 camera, a 440 Hz Opus mic, receiving the tal
 `rtc-omni serve` (synthetic engine, tone voice, default `sample_fps` 2). After a warm-up the
 server's CPU (utime + stime from /proc/PID/stat) is read over two phases:
   - idle: the session runs, nobody asks anything;
-  - turns: a `video.query` every `--turn-every` seconds, each answer spoken by the talker.
+  - turns: a `video.query` every `--turn-every` seconds, each answer spoken by the talker (an
+    answer plays for longer than that, so the next query waits for its end: the phase lasts until
+    the last answer ends, and the talker speaks most of it).
 Each run starts a fresh server; the figures are CPU-seconds per wall second, one line per run,
 then the median of the runs. The peer runs in this process, so its own (large) CPU is not counted.
 
@@ -37,8 +39,9 @@ def session_stats(client: UnderstandClient) -> dict[str, object]:
     return stats
 
 
-async def one_run(idle_s: float, turns_s: float, turn_every_s: float) -> tuple[float, float, float, int]:
-    """Idle CPU-s/s, turns CPU-s/s, seconds of speech heard in the turns phase, talker packets sent."""
+async def one_run(idle_s: float, turns_s: float, turn_every_s: float) -> tuple[float, float, float, float, int]:
+    """Idle CPU-s/s, turns CPU-s/s, the turns phase's length and seconds of speech heard in it, and
+    the talker's packets sent."""
     with server() as (process, url):
         video = ColourVideoTrack(COLOURS["red"], 640, 480, 30)
         client = UnderstandClient(url, video=video, audio=ToneAudioTrack())
@@ -62,11 +65,12 @@ async def one_run(idle_s: float, turns_s: float, turn_every_s: float) -> tuple[f
                 next_turn += turn_every_s
             await asyncio.sleep(max(0.0, started + turns_s - time.monotonic()))
             turns = meter.per_second()[0]
+            phase_s = time.monotonic() - started
             stats = session_stats(client)
             sent = int(stats.get("talker_packets_sent", stats.get("talker_frames_sent", 0)))  # type: ignore[call-overload]
         finally:
             await client.close()
-    return idle, turns, speech_s, sent
+    return idle, turns, phase_s, speech_s, sent
 
 
 async def main() -> None:
@@ -79,12 +83,12 @@ async def main() -> None:
     patches.apply()
     idles, turns = [], []
     for run in range(args.runs):
-        idle, turn, speech_s, sent = await one_run(args.idle, args.turns, args.turn_every)
+        idle, turn, phase_s, speech_s, sent = await one_run(args.idle, args.turns, args.turn_every)
         idles.append(idle)
         turns.append(turn)
         print(
             f"run {run + 1}: idle {idle:.4f} CPU-s/s, turns {turn:.4f} CPU-s/s "
-            f"({speech_s:.1f} s of speech heard, {sent} talker packets sent)",
+            f"(speech heard {speech_s:.1f} s of {phase_s:.1f} s; {sent} talker packets sent in all)",
             flush=True,
         )
     idle, turn = statistics.median(idles), statistics.median(turns)
