@@ -52,9 +52,12 @@ class EchoReference:
         parts = [(at, x) for at, x in self._packets if window_start - 0.06 <= at <= mic_end_at]
         if not parts or mic.size == 0:
             return False
-        first = parts[0][0]
-        offsets = [round((at - first) * INPUT_SAMPLE_RATE) for at, _ in parts]
-        reference = np.zeros(max(o + x.size for o, (_, x) in zip(offsets, parts)), dtype=np.float32)
+        # The whole window, silent where nothing was played: just after the talker starts, its few
+        # packets are shorter than the mic audio, and the echo still lies in the window.
+        origin = min(window_start, parts[0][0])
+        offsets = [round((at - origin) * INPUT_SAMPLE_RATE) for at, _ in parts]
+        length = max(round((mic_end_at - origin) * INPUT_SAMPLE_RATE), offsets[-1] + parts[-1][1].size)
+        reference = np.zeros(length, dtype=np.float32)
         for offset, (_, x) in zip(offsets, parts):
             reference[offset : offset + x.size] = x
         if reference.size < mic.size or float(np.sqrt(np.mean(reference * reference))) < _AUDIBLE_RMS:
