@@ -36,7 +36,7 @@ def vad_cpu_ms_per_audio_second(with_echo: bool) -> float:
     pcm = (audio * 32767).astype("<i2").tobytes()
     echo = EchoReference()
     if with_echo:  # a talker that is always audible makes every speech start run the correlation
-        tone = (0.3 * 32767 * np.sin(2 * np.pi * 300 * np.arange(960) / 48_000)).astype(np.int16)
+        tone = (0.3 * 32767 * np.sin(2 * np.pi * 300 * np.arange(1440) / 24_000)).astype(np.int16)  # a 60 ms packet
         for _ in range(100):
             echo.played(tone)
     vad = ServerVad(TurnDetection(), echo if with_echo else None)
