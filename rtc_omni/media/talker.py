@@ -31,11 +31,11 @@ from .echo import EchoReference
 
 RTP_CLOCK = 48_000  # Opus's RTP clock, whatever the rate encoded
 PACKET_MS_CHOICES = (20, 40, 60)
-DEFAULT_PACKET_MS = 60  # speech: a third of the packets of 20 ms, the latency of a jitter buffer's slack
+DEFAULT_PACKET_MS = 60  # a third of the packets of 20 ms, each costing Python work at both ends
 SPEECH_BITRATE = 32_000  # wideband speech, mono
 OPUS_COMPLEXITY = 5  # of 0-10: ~20 % less CPU than libopus's default 10, no audible loss for speech
-_BYTES_PER_SAMPLE = 2
 TAIL_PACKETS = 5  # aiortc's audio jitter buffer releases a packet once 4 more have arrived
+_BYTES_PER_SAMPLE = 2
 _REANCHOR_AFTER_S = 0.2  # behind the clock by more than this: restart the clock instead of bursting
 _TIME_BASE = fractions.Fraction(1, RTP_CLOCK)
 
