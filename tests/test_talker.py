@@ -83,6 +83,17 @@ async def test_flush_silences_the_talker_within_one_packet() -> None:
     talker.stop()
 
 
+async def test_an_interrupt_is_followed_by_silence_even_when_the_talker_was_quiet() -> None:
+    talker = TalkerAudioTrack()
+    talker.flush()  # a cancel before the answer's first audio
+    silence = [await talker.recv() for _ in range(TAIL_PACKETS)]
+    assert np.abs(decode(silence)).max() < 0.01
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.3):
+            await talker.recv()
+    talker.stop()
+
+
 async def test_the_echo_reference_holds_only_voiced_audio_at_16_khz() -> None:
     talker = TalkerAudioTrack()
     await talker.write(tone(0.12))

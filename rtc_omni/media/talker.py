@@ -12,7 +12,7 @@ holds four packets, hands out the last of the speech) and ends by re-basing the 
 wall clock, so the peer's jitter buffer sees a pause in a steady stream, as after Opus DTX.
 
 At most one packet is out of the talker's hands at a time, so `flush()` silences the talker within
-one packet time.
+one packet time; the silent packets follow every flush.
 """
 
 from __future__ import annotations
@@ -104,9 +104,15 @@ class TalkerAudioTrack(MediaStreamTrack):
         self._audio.set()
 
     def flush(self) -> float:
-        """Drop everything not yet sent; returns the milliseconds of audio dropped."""
+        """Drop everything not yet sent, silent packets follow; returns the milliseconds dropped.
+
+        The silent packets go out even when nothing was playing: a peer that waits for silence
+        after an interrupt hears it, whenever the interrupt came.
+        """
         dropped_ms = self.buffered_ms
         self._buffer.clear()
+        self._tail_left = TAIL_PACKETS
+        self._audio.set()
         self._space.set()
         self._drained.set()
         return dropped_ms
@@ -171,6 +177,5 @@ class TalkerAudioTrack(MediaStreamTrack):
         return packet
 
     def stop(self) -> None:
-        self.flush()
+        self.flush()  # also wakes a waiting recv(), which then ends
         super().stop()
-        self._audio.set()
