@@ -14,10 +14,12 @@ def voice(seconds: float, seed: int) -> np.ndarray:
     return (0.3 * rng.standard_normal(t.size) * (0.6 + 0.4 * np.sin(2 * np.pi * 4 * t))).astype(np.float32)
 
 
-def play(reference: EchoReference, audio24: np.ndarray, at: float) -> None:
+def play(reference: EchoReference, audio24: np.ndarray, at: float, late_s: float = 0.0) -> None:
+    """Send `audio24` in 60 ms packets from `at`, every third one `late_s` late (a starved loop)."""
     pcm = (audio24 * 32767).astype(np.int16)
-    for i in range(pcm.size // 1440):  # 60 ms packets
-        reference.played(pcm[i * 1440 : (i + 1) * 1440], at=at + i * 0.06)
+    for i in range(pcm.size // 1440):
+        sent = at + i * 0.06 + (late_s if i % 3 == 2 else 0.0)
+        reference.played(pcm[i * 1440 : (i + 1) * 1440], position=round(at * 48_000) + i * 2880, at=sent)
 
 
 def heard(audio24: np.ndarray, delay_s: float, probe_s: float) -> np.ndarray:
@@ -40,3 +42,11 @@ def test_a_person_talking_is_not_echo_and_silence_is_not_kept() -> None:
     play(reference, np.zeros(24_000, np.float32), at=101.2)  # silent packets: nothing audible
     assert not reference.is_echo(heard(voice(1.0, seed=2), 0.2, 0.3), mic_end_at=101.4)
     assert reference.audible_since(100.0) and not reference.audible_since(101.2)
+
+
+def test_echo_is_recognised_when_the_talker_sent_its_packets_late_and_in_bunches() -> None:
+    reference = EchoReference()
+    spoken = voice(2.0, seed=3)
+    play(reference, spoken, at=100.0, late_s=0.05)
+    mic = heard(spoken, delay_s=0.3, probe_s=0.3)
+    assert reference.is_echo(mic, mic_end_at=100.0 + 0.3 + 2.0)

@@ -100,7 +100,7 @@ async def test_the_echo_reference_holds_only_voiced_audio_at_16_khz() -> None:
     for _ in range(2 + TAIL_PACKETS):
         await talker.recv()  # two voiced packets and the silent tail
     kept = list(talker.echo._packets)
-    assert len(kept) == 2 and all(x.size == 960 for _, x in kept)  # 60 ms at 16 kHz each
+    assert len(kept) == 2 and all(x.size == 960 for _, _, x in kept)  # 60 ms at 16 kHz each
     assert talker.echo.audible_since(time.monotonic() - 1)
     talker.stop()
 

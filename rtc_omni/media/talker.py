@@ -158,7 +158,7 @@ class TalkerAudioTrack(MediaStreamTrack):
         del self._buffer[:frame_bytes]
         pcm = np.frombuffer(chunk + bytes(frame_bytes - len(chunk)), dtype="<i2")
         if chunk:
-            self.echo.played(pcm)
+            self.echo.played(pcm, self._pts)
             self.voiced_ms_sent += self.packet_ms
             self._tail_left = TAIL_PACKETS
             if len(self._buffer) < self.max_buffer_bytes:
