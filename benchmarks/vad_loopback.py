@@ -36,15 +36,15 @@ def vad_cpu_ms_per_audio_second(with_echo: bool) -> float:
     pcm = (audio * 32767).astype("<i2").tobytes()
     echo = EchoReference()
     if with_echo:  # a talker that is always audible makes every speech start run the correlation
-        tone = (0.3 * 32767 * np.sin(2 * np.pi * 300 * np.arange(960) / 48_000)).astype(np.int16)
-        for _ in range(100):
-            echo.played(tone)
+        tone = (0.3 * 32767 * np.sin(2 * np.pi * 300 * np.arange(1440) / 24_000)).astype(np.int16)  # a 60 ms packet
+        for i in range(100):
+            echo.played(tone, position=i * 2880)
     vad = ServerVad(TurnDetection(), echo if with_echo else None)
     started = time.process_time()
     for offset in range(0, len(pcm), 640):
         if with_echo and offset % 64_000 == 0:
-            for _ in range(100):  # keep the reference fresh
-                echo.played(tone)
+            for i in range(100):  # keep the reference fresh
+                echo.played(tone, position=(offset // 640 + i) * 2880)
         vad.feed(pcm[offset : offset + 640])
     return (time.process_time() - started) * 1000 / 60
 

@@ -99,7 +99,7 @@ async def understanding_turn(server: RunningServer, namespace: str, outage_s: fl
         await asyncio.sleep(1.5)  # let the microphone fill the audio buffer
         peer = server.registry.get(client.session_id)
         talker = peer.outgoing
-        voiced_before = talker.voiced_frames_sent
+        voiced_before = talker.voiced_ms_sent
         ended: list[float] = []
         if outage_s:  # the network goes while the answer is being spoken
             asyncio.get_running_loop().call_later(
@@ -112,7 +112,7 @@ async def understanding_turn(server: RunningServer, namespace: str, outage_s: fl
         await asyncio.sleep(0.5)
         assert client.recorder is not None
         heard = client.recorder.voiced_frames(result.sent_at) * 0.02
-        spoken = (talker.voiced_frames_sent - voiced_before) * 0.02
+        spoken = (talker.voiced_ms_sent - voiced_before) / 1000
         return {
             "answer": result.text[:300],
             "errors": result.errors,

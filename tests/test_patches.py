@@ -6,9 +6,12 @@ library now does the job itself (then delete the patch), or adapt the patch to t
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import queue
 
 import aioice.ice
+import aiortc.rtcrtpreceiver
 import pytest
 from aiortc import RTCPeerConnection, RTCRtpReceiver, RTCRtpSender, RTCSessionDescription
 from aiortc.jitterbuffer import JitterBuffer
@@ -16,7 +19,7 @@ from aiortc.rtcicetransport import RTCIceTransport
 from aiortc.rtcsctptransport import DataChunk, RTCSctpTransport
 
 from rtc_omni import patches
-from rtc_omni.patches import ice, jitter, sctp
+from rtc_omni.patches import decoding, ice, jitter, sctp
 from rtc_omni.patches.codecs import negotiated_codecs
 from rtc_omni.signaling.ice import rtc_configuration
 
@@ -32,10 +35,12 @@ def test_every_patch_is_installed_once_and_on_the_names_it_replaces() -> None:
     assert isinstance(aioice.ice.asyncio, ice.AsyncioForAioice)
     assert aioice.ice.Connection.close is ice.close_unless_media_arrives
     assert RTCSctpTransport._receive_data_chunk is sctp.receive_data_chunk_bounded  # type: ignore[comparison-overlap]
+    assert aiortc.rtcrtpreceiver.decoder_worker is decoding.decoder_worker
     # What each wraps is still the library's own, with the signature the patch calls.
     assert parameters(ice.AIOICE_HOST_ADDRESSES) == ["use_ipv4", "use_ipv6"]
     assert parameters(ice.AIOICE_CLOSE) == ["self"]
     assert parameters(sctp.AIORTC_RECEIVE_DATA_CHUNK) == ["self", "chunk"]
+    assert parameters(decoding.AIORTC_DECODER_WORKER) == ["loop", "input_q", "output_q", "decode_error"]
 
 
 @pytest.mark.parametrize("ports", [None, range(42600, 42610)])
@@ -89,6 +94,42 @@ async def test_aiortc_receiver_takes_the_marker_jitter_buffer() -> None:
     # The receiver stores each packet's depayloaded bytes as `_data`, which aiortc's frames join.
     assert "packet._data = depayload(" in inspect.getsource(RTCRtpReceiver._handle_rtp_packet)
     assert "x._data for x in packets" in inspect.getsource(JitterBuffer._remove_frame)
+
+
+async def test_aiortc_audio_receiver_takes_a_buffer_without_prefetch() -> None:
+    pc = RTCPeerConnection(rtc_configuration([]))
+    try:
+        pc.addTransceiver("audio")
+        receiver = pc.getTransceivers()[0].receiver
+        assert receiver._RTCRtpReceiver__jitter_buffer._prefetch == 4  # type: ignore[attr-defined]
+        jitter.release_audio_without_prefetch(pc)
+        buffer = receiver._RTCRtpReceiver__jitter_buffer  # type: ignore[attr-defined]
+        assert buffer._prefetch == 0 and buffer.capacity == jitter.AUDIO_CAPACITY and not buffer._is_video
+    finally:
+        await pc.close()
+
+
+async def test_aiortc_receiver_decodes_through_the_queue_the_mic_decoder_replaces() -> None:
+    """The receiver starts `decoder_worker` by its module name with its decoder queue and its track's
+    queue, and puts (codec, frame) on that decoder queue for every complete frame."""
+    assert "target=decoder_worker" in inspect.getsource(RTCRtpReceiver.receive)
+    assert "self.__decoder_queue,\n" in inspect.getsource(RTCRtpReceiver.receive)
+    assert "self._track._queue," in inspect.getsource(RTCRtpReceiver.receive)
+    assert "self.__decoder_queue.put((codec, encoded_frame))" in inspect.getsource(RTCRtpReceiver._handle_rtp_packet)
+    assert "self.__decoder_queue.put(None)" in inspect.getsource(RTCRtpReceiver._RTCRtpReceiver__stop_decoder)  # type: ignore[attr-defined]
+    offerer, answerer = RTCPeerConnection(rtc_configuration([])), RTCPeerConnection(rtc_configuration([]))
+    try:
+        offerer.addTransceiver("audio", direction="sendonly")
+        await offerer.setLocalDescription(await offerer.createOffer())
+        await answerer.setRemoteDescription(offerer.localDescription)
+        receiver = answerer.getTransceivers()[0].receiver
+        assert isinstance(receiver._RTCRtpReceiver__decoder_queue, queue.Queue)  # type: ignore[attr-defined]
+        assert isinstance(receiver.track._queue, asyncio.Queue)
+        decoding.decode_audio_on_the_loop(answerer)
+        assert isinstance(receiver._RTCRtpReceiver__decoder_queue, decoding.MicDecoder)  # type: ignore[attr-defined]
+    finally:
+        await offerer.close()
+        await answerer.close()
 
 
 async def test_aiortc_transceiver_codecs_are_the_negotiated_ones_in_order() -> None:

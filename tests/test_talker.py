@@ -1,25 +1,116 @@
-"""media/talker.py: the outgoing speech track's pacing, flush and bounded buffer."""
+"""media/talker.py: the outgoing speech track's encoding, pacing, pauses, flush and bounded buffer."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
+import av
 import numpy as np
 import pytest
+from aiortc.mediastreams import MediaStreamError
 
-from rtc_omni.media.talker import TalkerAudioTrack
+from rtc_omni.media.talker import TAIL_PACKETS, TalkerAudioTrack
+
+RTP_CLOCK = 48_000
 
 
-async def test_talker_paces_frames_and_flush_silences_at_once() -> None:
+def decode(packets: list[av.Packet]) -> np.ndarray:
+    """What a peer hears: the packets through a fresh Opus decoder, 48 kHz mono float."""
+    decoder = av.CodecContext.create("libopus", "r")
+    decoder.format, decoder.layout, decoder.sample_rate = "s16", "mono", RTP_CLOCK  # type: ignore[attr-defined]
+    frames = [f for p in packets for f in decoder.decode(av.Packet(bytes(p)))]
+    return np.concatenate([f.to_ndarray().reshape(-1) for f in frames]).astype(np.float32) / 32768
+
+
+def tone(seconds: float, amplitude: float = 0.5) -> np.ndarray:
+    t = np.arange(int(seconds * 24_000)) / 24_000
+    return (amplitude * np.sin(2 * np.pi * 300 * t)).astype(np.float32)
+
+
+async def test_talker_sends_paced_60_ms_opus_packets_of_the_engines_audio() -> None:
     talker = TalkerAudioTrack()
-    await talker.write(0.5 * np.ones(24000, dtype=np.float32))
+    await talker.write(tone(1.0))
     started = time.monotonic()
-    frames = [await talker.recv() for _ in range(10)]
-    assert time.monotonic() - started >= 0.17  # ten 20 ms frames take ~180 ms after the first
-    assert all(np.abs(f.to_ndarray()).max() > 10000 for f in frames[1:])
-    assert talker.flush() > 700
-    assert np.abs((await talker.recv()).to_ndarray()).max() == 0
+    packets = [await talker.recv() for _ in range(5)]
+    assert time.monotonic() - started >= 0.23  # five 60 ms packets take ~240 ms after the first
+    assert all(isinstance(p, av.Packet) for p in packets)
+    assert [p.pts for p in packets] == [i * 2880 for i in range(5)]  # 60 ms of the 48 kHz RTP clock
+    heard = decode(packets)
+    assert heard.size == 5 * 2880
+    assert np.sqrt(np.mean(heard[2880:] ** 2)) > 0.2  # the tone, not silence
+    assert max(len(bytes(p)) for p in packets) < 60 * 32 // 8 * 2  # ~32 kb/s, not 96
+    talker.stop()
+
+
+async def test_an_idle_talker_encodes_and_sends_nothing() -> None:
+    talker = TalkerAudioTrack()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.3):
+            await talker.recv()
+    assert talker.packets_sent == 0 and talker.voiced_ms_sent == 0
+    talker.stop()
+
+
+async def test_after_a_pause_timestamps_follow_the_wall_clock() -> None:
+    talker = TalkerAudioTrack()
+    await talker.write(tone(0.1))
+    first = [await talker.recv() for _ in range(2 + TAIL_PACKETS)]  # two voiced packets, then the silent tail
+    assert np.abs(decode(first)[-1000:]).max() < 0.01
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.5):
+            await talker.recv()
+    await talker.write(tone(0.1))
+    resumed = await talker.recv()
+    gap_s = (resumed.pts - first[-1].pts) / RTP_CLOCK
+    assert 0.5 < gap_s < 0.8  # the pause is in the timestamps, so the peer's jitter buffer keeps its delay
+    talker.stop()
+
+
+async def test_flush_silences_the_talker_within_one_packet() -> None:
+    talker = TalkerAudioTrack()
+    await talker.write(tone(2.0))
+    spoken = [await talker.recv() for _ in range(3)]
+    assert talker.flush() > 1500
     assert await talker.wait_drained(0.1)
+    tail = [await talker.recv() for _ in range(TAIL_PACKETS)]  # silent packets end the speech; then nothing
+    heard = decode(spoken + tail)
+    assert np.abs(heard[-2000:]).max() < 0.01
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.3):
+            await talker.recv()
+    assert talker.packets_sent == 3 + TAIL_PACKETS and talker.voiced_ms_sent == 180
+    talker.stop()
+
+
+async def test_an_interrupt_is_followed_by_silence_even_when_the_talker_was_quiet() -> None:
+    talker = TalkerAudioTrack()
+    talker.flush()  # a cancel before the answer's first audio
+    silence = [await talker.recv() for _ in range(TAIL_PACKETS)]
+    assert np.abs(decode(silence)).max() < 0.01
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.3):
+            await talker.recv()
+    talker.stop()
+
+
+async def test_the_echo_reference_holds_only_voiced_audio_at_16_khz() -> None:
+    talker = TalkerAudioTrack()
+    await talker.write(tone(0.12))
+    for _ in range(2 + TAIL_PACKETS):
+        await talker.recv()  # two voiced packets and the silent tail
+    kept = list(talker.echo._packets)
+    assert len(kept) == 2 and all(x.size == 960 for _, _, x in kept)  # 60 ms at 16 kHz each
+    assert talker.echo.audible_since(time.monotonic() - 1)
+    talker.stop()
+
+
+async def test_a_peer_that_allows_less_gets_shorter_packets() -> None:
+    talker = TalkerAudioTrack()
+    talker.packet_ms = 20
+    await talker.write(tone(0.1))
+    packets = [await talker.recv() for _ in range(2)]
+    assert packets[1].pts - packets[0].pts == 960
     talker.stop()
 
 
@@ -29,3 +120,13 @@ async def test_talker_write_waits_while_the_buffer_is_full() -> None:
     with pytest.raises(TimeoutError):
         await talker.write(np.zeros(480, dtype=np.float32))
     talker.stop()
+
+
+async def test_stop_ends_a_waiting_recv() -> None:
+    talker = TalkerAudioTrack()
+    waiting = asyncio.ensure_future(talker.recv())
+    await asyncio.sleep(0.05)
+    talker.stop()
+    with pytest.raises(MediaStreamError):
+        async with asyncio.timeout(1):
+            await waiting

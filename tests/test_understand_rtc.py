@@ -43,6 +43,11 @@ async def test_answer_names_the_camera_colour_and_the_tone(
     quiet_from = time.monotonic() + 0.3  # what was in flight at audio.done has played by then
     await asyncio.sleep(1.0)
     assert recorder.voiced_frames(quiet_from) == 0
+    # An idle talker sends nothing (its answer ended with a few silent packets, long gone).
+    path = f"/v1/rtc/sessions/{client.session_id}"
+    sent = (await http_json(server, "GET", path, headers=client.session_headers))[1]["talker_packets_sent"]
+    await asyncio.sleep(1.0)
+    assert (await http_json(server, "GET", path, headers=client.session_headers))[1]["talker_packets_sent"] == sent
 
 
 async def test_answer_follows_the_camera_when_it_changes(server: RunningServer, make_client: ClientFactory) -> None:

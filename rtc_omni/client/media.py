@@ -257,12 +257,17 @@ class AudioRecorder:
 
     async def _run(self) -> None:
         async for frame in iter_frames(self.track):
-            samples = frame.to_ndarray().reshape(-1, len(frame.layout.channels))[:, 0]
-            self.pcm.append(samples.astype("<i2").tobytes())
-            if self.echo_to is not None and not self.echo_to.full():
-                self.echo_to.put_nowait(samples.astype(np.float32) / 32768.0)
-            rms = float(np.sqrt(np.mean((samples.astype(np.float32) / 32768.0) ** 2)))
-            self.frames.append(ReceivedAudioFrame(time.monotonic(), rms))
+            # Kept in 20 ms pieces whatever the packet time (the talker sends 60 ms), so counts of
+            # voiced frames stay counts of 20 ms.
+            everything = frame.to_ndarray().reshape(-1, len(frame.layout.channels))[:, 0]
+            step = frame.sample_rate // 50
+            for start in range(0, everything.size, step):
+                samples = everything[start : start + step]
+                self.pcm.append(samples.astype("<i2").tobytes())
+                if self.echo_to is not None and not self.echo_to.full():
+                    self.echo_to.put_nowait(samples.astype(np.float32) / 32768.0)
+                rms = float(np.sqrt(np.mean((samples.astype(np.float32) / 32768.0) ** 2)))
+                self.frames.append(ReceivedAudioFrame(time.monotonic(), rms))
 
     def voiced_frames(self, since: float = 0.0, until: float = float("inf")) -> int:
         return sum(1 for f in self.frames if since <= f.at < until and f.rms >= self.SILENCE_RMS)

@@ -13,6 +13,7 @@ import aiohttp
 from aiortc import RTCIceServer, RTCPeerConnection, RTCRtpReceiver, RTCRtpTransceiver, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
+from ..patches.jitter import release_audio_without_prefetch
 from ..signaling.ice import rtc_configuration
 from .media import AudioRecorder, ColourVideoTrack, FrameRateCap, VideoReceiver, camera_send_fps
 
@@ -168,6 +169,7 @@ class ControlClient:
         self.session_token = body.get("session_token", self.session_token)
         self.view_token = body.get("view_token", self.view_token)
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
+        release_audio_without_prefetch(self.pc)  # the talker's last packets are heard when sent
         try:
             async with asyncio.timeout(timeout):
                 while not (

@@ -2,7 +2,8 @@
 
 aiortc encodes once per frame per sender. Instead, a `SharedEncoder` reads the outgoing track
 once, encodes each frame once for one codec with PyAV, and hands every subscriber the same
-`av.Packet`; aiortc's sender only packetizes a packet (interop.md 1.2). Video gets a keyframe every
+`av.Packet`; aiortc's sender only packetizes a packet (interop.md 1.2). A source that yields
+packets itself (the talker, already Opus) is passed through as it is. Video gets a keyframe every
 KEYFRAME_INTERVAL_S of media time, and a subscriber (new, or one that fell too far behind) starts
 at the next keyframe. aiortc's sender cannot pass a viewer's keyframe request (PLI, FIR) on to a
 pre-encoded source, so patches/keyframes.py passes them on: the next frame is encoded as a keyframe
@@ -21,16 +22,12 @@ import av
 from aiortc.codecs.h264 import DEFAULT_BITRATE as H264_BITRATE
 from aiortc.codecs.vpx import DEFAULT_BITRATE as VP8_BITRATE
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
-from av.audio.codeccontext import AudioCodecContext
 from av.video.codeccontext import VideoCodecContext
 from av.video.reformatter import VideoReformatter
 
 KEYFRAME_INTERVAL_S = 1.0
 MIN_KEYFRAME_GAP_S = 0.25  # between keyframes asked for by viewers: a PLI flood costs little bitrate
 MAX_QUEUED_PACKETS = 64  # per subscriber; beyond it the backlog is dropped (video resumes at a keyframe)
-OPUS_RATE = 48_000
-OPUS_FRAME_SAMPLES = 960
-OPUS_BITRATE = 96_000
 SHARED_CODECS = ("video/h264", "video/vp8", "audio/opus")
 
 
@@ -88,8 +85,6 @@ class SharedEncoder:
         self._subscribers: list[EncodedTrack] = []
         self._video: VideoCodecContext | None = None
         self._reformatter = VideoReformatter()
-        self._audio: AudioCodecContext | None = None
-        self._resampler: av.AudioResampler | None = None
         self._first_pts: int | None = None
         self._last_keyframe_s: float | None = None
         self._keyframe_requested = False
@@ -127,7 +122,10 @@ class SharedEncoder:
         try:
             while True:
                 frame = await self.source.recv()
-                packets = await loop.run_in_executor(None, self._encode, frame)
+                if isinstance(frame, av.Packet):  # the talker encodes once for all its consumers
+                    packets = [frame]
+                else:
+                    packets = await loop.run_in_executor(None, self._encode, frame)
                 for packet in packets:
                     for track in self._subscribers:
                         track.put(packet)
@@ -135,13 +133,10 @@ class SharedEncoder:
             self.stop()
 
     def _encode(self, frame: av.frame.Frame | av.Packet) -> list[av.Packet]:
-        if isinstance(frame, av.VideoFrame):
-            packets = self._encode_video(frame)
-        elif isinstance(frame, av.AudioFrame):
-            packets = self._encode_audio(frame)
-        else:
-            raise TypeError("the source track must deliver frames, not packets")
-        for packet in packets:  # libopus starts below zero; every stream starts at 0
+        if not isinstance(frame, av.VideoFrame):
+            raise TypeError(f"cannot encode {type(frame).__name__}: audio comes encoded from the talker")
+        packets = self._encode_video(frame)
+        for packet in packets:  # every stream starts at 0
             if self._first_pts is None:
                 self._first_pts = packet.pts or 0
             packet.pts = (packet.pts or 0) - self._first_pts
@@ -180,20 +175,3 @@ class SharedEncoder:
             codec.bit_rate = VP8_BITRATE
             codec.options = {"deadline": "realtime", "cpu-used": "-6", "lag-in-frames": "0"}
         return codec
-
-    def _encode_audio(self, frame: av.AudioFrame) -> list[av.Packet]:
-        if self._audio is None or self._resampler is None:
-            codec = av.CodecContext.create("libopus", "w")
-            assert isinstance(codec, AudioCodecContext)
-            codec.sample_rate, codec.layout, codec.format = OPUS_RATE, "stereo", "s16"
-            codec.bit_rate = OPUS_BITRATE
-            codec.time_base = fractions.Fraction(1, OPUS_RATE)
-            codec.options = {"application": "voip"}
-            self._audio = codec
-            self._resampler = av.AudioResampler(
-                format="s16", layout="stereo", rate=OPUS_RATE, frame_size=OPUS_FRAME_SAMPLES
-            )
-        packets: list[av.Packet] = []
-        for resampled in self._resampler.resample(frame):
-            packets += self._audio.encode(resampled)
-        return packets

@@ -1,8 +1,18 @@
 """The talker: the live outgoing audio track that speaks the model's answer.
 
-The engine's 24 kHz float audio is resampled once to 48 kHz PCM16 and held in a bounded buffer;
-`recv()` hands aiortc exactly one 20 ms frame per 20 ms of wall time (silence when there is nothing
-to say), so at most one frame sits inside aiortc and `flush()` silences the talker at once.
+The engine's 24 kHz float audio is held as PCM16 in a bounded buffer, and `recv()` encodes it
+itself: Opus, mono, SPEECH_BITRATE, one packet of `packet_ms` per `packet_ms` of wall time. aiortc's
+sender then only packetizes (a track that yields av.Packet skips its executor hop and its per-sample
+audio-level loop), and the packet is encoded once for every consumer (media/fanout.py).
+
+While there is nothing to say, `recv()` waits: nothing is encoded and nothing is sent. Each pause
+starts with TAIL_PACKETS encoded silent packets (the first carries the encoder's lookahead, the end
+of the speech; a peer's decoder then fades out from silence; and a plain aiortc receiver, which
+holds four packets, hands out the last of the speech) and ends by re-basing the timestamps on the
+wall clock, so the peer's jitter buffer sees a pause in a steady stream, as after Opus DTX.
+
+At most one packet is out of the talker's hands at a time, so `flush()` silences the talker within
+one packet time; the silent packets follow every flush.
 """
 
 from __future__ import annotations
@@ -14,42 +24,62 @@ import time
 import av
 import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from av.audio.codeccontext import AudioCodecContext
 
 from ..engines.base import TALKER_SAMPLE_RATE
 from .echo import EchoReference
 
-SAMPLE_RATE = 48_000
-FRAME_SAMPLES = 960  # 20 ms
+RTP_CLOCK = 48_000  # Opus's RTP clock, whatever the rate encoded
+PACKET_MS_CHOICES = (20, 40, 60)
+DEFAULT_PACKET_MS = 60  # a third of the packets of 20 ms, each costing Python work at both ends
+SPEECH_BITRATE = 32_000  # wideband speech, mono
+OPUS_COMPLEXITY = 5  # of 0-10: ~20 % less CPU than libopus's default 10, no audible loss for speech
+TAIL_PACKETS = 5  # aiortc's audio jitter buffer releases a packet once 4 more have arrived
 _BYTES_PER_SAMPLE = 2
-_FRAME_BYTES = FRAME_SAMPLES * _BYTES_PER_SAMPLE
 _REANCHOR_AFTER_S = 0.2  # behind the clock by more than this: restart the clock instead of bursting
-_TIME_BASE = fractions.Fraction(1, SAMPLE_RATE)
+_TIME_BASE = fractions.Fraction(1, RTP_CLOCK)
+
+
+def opus_speech_encoder(packet_ms: int) -> AudioCodecContext:
+    """libopus for the talker's 24 kHz mono PCM16, one packet per `packet_ms` of audio."""
+    codec = av.CodecContext.create("libopus", "w")
+    assert isinstance(codec, AudioCodecContext)
+    codec.sample_rate, codec.layout, codec.format = TALKER_SAMPLE_RATE, "mono", "s16"
+    codec.bit_rate = SPEECH_BITRATE
+    codec.time_base = fractions.Fraction(1, TALKER_SAMPLE_RATE)
+    codec.options = {
+        "application": "voip",
+        "frame_duration": str(packet_ms),
+        "compression_level": str(OPUS_COMPLEXITY),
+    }
+    codec.open()
+    return codec
 
 
 class TalkerAudioTrack(MediaStreamTrack):
-    """An Opus-bound audio track fed by the engine, paced in real time."""
+    """An outgoing audio track of Opus packets fed by the engine, paced in real time."""
 
     kind = "audio"
 
     def __init__(self, max_buffer_s: float = 30.0, write_timeout_s: float = 60.0) -> None:
         super().__init__()
-        self.max_buffer_bytes = int(max_buffer_s * SAMPLE_RATE) * _BYTES_PER_SAMPLE
+        self.max_buffer_bytes = int(max_buffer_s * TALKER_SAMPLE_RATE) * _BYTES_PER_SAMPLE
         self.write_timeout_s = write_timeout_s
+        self.packet_ms = DEFAULT_PACKET_MS  # the peer may ask for less (signaling/ptime.py), before media flows
+        self._encoder: AudioCodecContext | None = None
         self._buffer = bytearray()
-        self._resampler = self._new_resampler()
         self._space = asyncio.Event()
         self._space.set()
         self._drained = asyncio.Event()
         self._drained.set()
+        self._audio = asyncio.Event()  # wakes an idle recv()
         self._start: float | None = None
-        self._timestamp = 0
-        self.frames_sent = 0
-        self.voiced_frames_sent = 0  # frames that carried the engine's audio, not padding silence
+        self._pts = 0  # of the next packet, in RTP clock units since _start
+        self._paused = True  # the previous packet time passed with nothing to send
+        self._tail_left = 0  # silent packets still to send before the pause
+        self.packets_sent = 0
+        self.voiced_ms_sent = 0  # milliseconds of packets that carried the engine's audio
         self.echo = EchoReference()
-
-    @staticmethod
-    def _new_resampler() -> av.AudioResampler:
-        return av.AudioResampler(format="s16", layout="mono", rate=SAMPLE_RATE)
 
     @property
     def speaking(self) -> bool:
@@ -58,30 +88,31 @@ class TalkerAudioTrack(MediaStreamTrack):
 
     @property
     def buffered_ms(self) -> float:
-        return len(self._buffer) / _BYTES_PER_SAMPLE / SAMPLE_RATE * 1000.0
+        return len(self._buffer) / _BYTES_PER_SAMPLE / TALKER_SAMPLE_RATE * 1000.0
 
     async def write(self, samples: np.ndarray) -> None:
         """Queue 24 kHz float mono audio; waits (bounded) while the buffer is full."""
         if samples.size == 0:
             return
-        frame = av.AudioFrame.from_ndarray(
-            np.ascontiguousarray(samples, dtype=np.float32).reshape(1, -1), format="flt", layout="mono"
-        )
-        frame.sample_rate = TALKER_SAMPLE_RATE
-        pcm = b"".join(out.to_ndarray().tobytes() for out in self._resampler.resample(frame))
+        pcm = (np.clip(samples.reshape(-1), -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
         async with asyncio.timeout(self.write_timeout_s):
             while len(self._buffer) >= self.max_buffer_bytes:
                 self._space.clear()
                 await self._space.wait()
         self._buffer.extend(pcm)
-        if self._buffer:
-            self._drained.clear()
+        self._drained.clear()
+        self._audio.set()
 
     def flush(self) -> float:
-        """Drop everything not yet sent; returns the milliseconds of audio dropped."""
+        """Drop everything not yet sent, silent packets follow; returns the milliseconds dropped.
+
+        The silent packets go out even when nothing was playing: a peer that waits for silence
+        after an interrupt hears it, whenever the interrupt came.
+        """
         dropped_ms = self.buffered_ms
         self._buffer.clear()
-        self._resampler = self._new_resampler()
+        self._tail_left = TAIL_PACKETS
+        self._audio.set()
         self._space.set()
         self._drained.set()
         return dropped_ms
@@ -95,38 +126,56 @@ class TalkerAudioTrack(MediaStreamTrack):
         except TimeoutError:
             return False
 
-    async def recv(self) -> av.AudioFrame:
-        if self.readyState != "live":
-            raise MediaStreamError
+    async def recv(self) -> av.Packet:  # type: ignore[override]
+        while True:
+            if self.readyState != "live":
+                raise MediaStreamError
+            if self._buffer or self._tail_left:
+                await self._wait_for_packet_time()
+                if self._buffer or self._tail_left:  # a flush() may have come meanwhile
+                    return self._next_packet()
+            self._paused = True
+            self._audio.clear()
+            await self._audio.wait()
+
+    async def _wait_for_packet_time(self) -> None:
+        """Sleep until the next packet is due; after a pause (or a stall), re-base on the wall clock."""
         now = time.monotonic()
         if self._start is None:
             self._start = now
-        else:
-            self._timestamp += FRAME_SAMPLES
-            wait = self._start + self._timestamp / SAMPLE_RATE - now
-            if wait > 0:
-                await asyncio.sleep(wait)
-            elif wait < -_REANCHOR_AFTER_S:
-                self._start = now - self._timestamp / SAMPLE_RATE
+        late = now - (self._start + self._pts / RTP_CLOCK)
+        if late > 0 and (self._paused or late > _REANCHOR_AFTER_S):
+            self._pts += round(late * RTP_CLOCK)
+        elif late < 0:
+            await asyncio.sleep(-late)
+        self._paused = False
 
-        chunk = bytes(self._buffer[:_FRAME_BYTES])
-        del self._buffer[:_FRAME_BYTES]
+    def _next_packet(self) -> av.Packet:
+        if self._encoder is None:
+            self._encoder = opus_speech_encoder(self.packet_ms)
+        frame_bytes = self._encoder.frame_size * _BYTES_PER_SAMPLE
+        chunk = bytes(self._buffer[:frame_bytes])
+        del self._buffer[:frame_bytes]
+        pcm = np.frombuffer(chunk + bytes(frame_bytes - len(chunk)), dtype="<i2")
         if chunk:
-            self.voiced_frames_sent += 1
+            self.echo.played(pcm, self._pts)
+            self.voiced_ms_sent += self.packet_ms
+            self._tail_left = TAIL_PACKETS
             if len(self._buffer) < self.max_buffer_bytes:
                 self._space.set()
             if not self._buffer:
                 self._drained.set()
-        pcm = chunk + bytes(_FRAME_BYTES - len(chunk))
-        samples = np.frombuffer(pcm, dtype=np.int16)
-        self.echo.played(samples)
-        frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate = SAMPLE_RATE
-        frame.pts = self._timestamp
-        frame.time_base = _TIME_BASE
-        self.frames_sent += 1
-        return frame
+        else:
+            self._tail_left -= 1
+        frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
+        frame.sample_rate = TALKER_SAMPLE_RATE
+        packets = self._encoder.encode(frame)  # libopus returns one packet per whole frame
+        packet = packets[0]
+        packet.pts, packet.time_base = self._pts, _TIME_BASE
+        self._pts += self._encoder.frame_size * RTP_CLOCK // TALKER_SAMPLE_RATE
+        self.packets_sent += 1
+        return packet
 
     def stop(self) -> None:
-        self.flush()
+        self.flush()  # also wakes a waiting recv(), which then ends
         super().stop()

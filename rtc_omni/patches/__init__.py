@@ -8,10 +8,11 @@ tests/test_patches.py fails loudly when an aiortc or aioice release changes any 
 |---|---|---|
 | ice.py | aioice | host candidates on the configured addresses and port range; consent kept for FFmpeg's WHIP muxer |
 | sctp.py | aiortc | SCTP out-of-order state bounded, receive window enforced |
-| jitter.py | aiortc | a video frame released on its RTP marker bit (per receiver) |
+| jitter.py | aiortc | a video frame released on its RTP marker bit; audio without prefetch (per receiver) |
 | codecs.py | aiortc | read a transceiver's negotiated codecs (no public getter) |
 | keyframes.py | aiortc | a viewer's PLI/FIR reaches the shared encoder (per sender) |
 | remb.py | aiortc | a ceiling on the REMB a video receiver sends (per receiver) |
+| decoding.py | aiortc | decoded frames handed over without a task each; mics decoded on the loop, 16 kHz mono |
 
 `apply()` runs at start-up: in `create_app` (the server), at the CLI's client and bench entry,
 and in the tests' conftest. Never from a constructor: the ICE policy is process-wide.
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import ice, sctp
+from . import decoding, ice, sctp
 
 LOOPBACK = ("127.0.0.1",)
 
@@ -38,5 +39,6 @@ def apply(ice_addresses: Sequence[str] | None = LOOPBACK, ice_ports: range | Non
     if not _installed:
         ice.install()
         sctp.install()
+        decoding.install()
         _installed = True
     ice.set_policy(ice_addresses, ice_ports)

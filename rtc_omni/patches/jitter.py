@@ -1,4 +1,5 @@
-"""aiortc patch: release each received video frame as soon as it is complete, not when the next one begins.
+"""aiortc patches: release each received video frame as soon as it is complete, not when the next one
+begins; and audio without aiortc's four-packet prefetch.
 
 aiortc's video jitter buffer hands a frame to the decoder only when a packet of the *next* frame
 arrives, so every camera frame waits one frame interval (33 ms at 30 fps) before ingest sees it.
@@ -9,6 +10,14 @@ does not set it) aiortc's rule still applies.
 Relies on: RTCRtpReceiver's name-mangled `__jitter_buffer` (replaced per receiver, aiortc has no
 setter), and JitterBuffer's `_remove_frame`, `_origin`, `_packets`, `remove` and RtpPacket's `_data`.
 Remove when aiortc releases a frame on its marker bit (no upstream issue yet).
+
+Audio: aiortc's audio buffer holds each packet until four more have arrived (`prefetch=4`): 80 ms
+at 20 ms packets, 240 ms at the 60 ms a browser sends when asked (signaling/ptime.py), and the end
+of a talkspurt waits there until the next one starts. Its consumers here (server ingest, which
+buffers the mic anyway; the headless client's recorder) need no playout cushion, so they get
+aiortc's own buffer without prefetch: a packet leaves when the next arrives. Loss and reordering
+are handled as before. Relies on the same `__jitter_buffer`; remove when aiortc's receiver takes
+a prefetch setting.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from aiortc.jitterbuffer import JitterBuffer, JitterFrame
 from aiortc.rtp import RtpPacket
 
 VIDEO_CAPACITY = 512  # aiortc's own for video
+AUDIO_CAPACITY = 16  # aiortc's own for audio
 
 
 class MarkerJitterBuffer(JitterBuffer):
@@ -49,3 +59,10 @@ def release_frames_when_complete(pc: RTCPeerConnection) -> None:
     for transceiver in pc.getTransceivers():
         if transceiver.kind == "video":
             transceiver.receiver._RTCRtpReceiver__jitter_buffer = MarkerJitterBuffer()  # type: ignore[attr-defined]
+
+
+def release_audio_without_prefetch(pc: RTCPeerConnection) -> None:
+    """Give every audio receiver of `pc` a buffer without prefetch; call before media flows."""
+    for transceiver in pc.getTransceivers():
+        if transceiver.kind == "audio":
+            transceiver.receiver._RTCRtpReceiver__jitter_buffer = JitterBuffer(capacity=AUDIO_CAPACITY)  # type: ignore[attr-defined]

@@ -31,8 +31,9 @@ from ..media.talker import TalkerAudioTrack
 from ..media.video_out import GeneratedVideoTrack
 from ..metrics import DATACHANNEL_OVERFLOWS
 from ..patches.codecs import negotiated_codecs
+from ..patches.decoding import decode_audio_on_the_loop
 from ..patches.ice import keep_consent_while
-from ..patches.jitter import release_frames_when_complete
+from ..patches.jitter import release_audio_without_prefetch, release_frames_when_complete
 from ..patches.keyframes import forward_keyframe_requests
 from ..sessions.registry import SessionLimitReached, new_session_id
 from ..tasks import TaskSet
@@ -40,6 +41,7 @@ from .bitrate import limit_video_bitrate
 from .dtls import passive_when_offered_actpass
 from .factory import Services, create_session
 from .ice import advertise_public_addresses, configured_ice_servers, rtc_configuration
+from .ptime import talker_packet_ms, with_audio_ptime
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +191,7 @@ class _PeerLink:
         if "a=candidate:" not in sdp:
             raise RuntimeError("the server's ICE agent gathered no candidates; check --ice-address and --ice-server")
         self._tasks.spawn(self._connect_deadline())
-        sdp = advertise_public_addresses(sdp, self.settings.ice_public_address)
+        sdp = with_audio_ptime(advertise_public_addresses(sdp, self.settings.ice_public_address))
         # Last: aiortc's SDP objects, which the steps above go through, drop b= lines.
         return RTCSessionDescription(limit_video_bitrate(self.pc, sdp, self.settings.max_video_bitrate), "answer")
 
@@ -293,6 +295,10 @@ class PeerSession(_PeerLink):
         self.pc.on("track", self._on_track)
         await self.pc.setRemoteDescription(offer)
         release_frames_when_complete(self.pc)
+        release_audio_without_prefetch(self.pc)
+        decode_audio_on_the_loop(self.pc)
+        if isinstance(self.outgoing, TalkerAudioTrack):
+            self.outgoing.packet_ms = talker_packet_ms(offer.sdp)
         media = self.outgoing.kind
         if self.ingest_only:
             pass  # a publisher receives nothing: attached peers take the output
@@ -421,7 +427,9 @@ class PeerSession(_PeerLink):
         )
         if isinstance(self.outgoing, TalkerAudioTrack):
             stats.update(
-                talker_buffered_ms=round(self.outgoing.buffered_ms, 1), talker_frames_sent=self.outgoing.frames_sent
+                talker_buffered_ms=round(self.outgoing.buffered_ms, 1),
+                talker_packets_sent=self.outgoing.packets_sent,
+                talker_voiced_ms_sent=self.outgoing.voiced_ms_sent,
             )
         else:
             stats.update(video_backlog_frames=self.outgoing.backlog, video_rebases=self.outgoing.rebases)

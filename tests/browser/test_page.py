@@ -371,3 +371,25 @@ async def test_a_refused_session_shows_the_servers_reason(make_server: Any, open
     await expect(notice).to_contain_text("Check the access token")
     await page.get_by_label("Access token").fill("s3cret")
     await connect_talk(page)
+
+
+# Packets the page's microphone sent per second of audio it captured.
+MIC_PACKETS_PER_SECOND = """async () => {
+  let packets = 0, seconds = 0;
+  (await window.rtcOmni.talk.session.pc.getStats()).forEach((s) => {
+    if (s.type === "outbound-rtp" && s.kind === "audio") packets += s.packetsSent;
+    if (s.type === "media-source" && s.kind === "audio") seconds += s.totalSamplesDuration;
+  });
+  return seconds > 0 ? packets / seconds : null;
+}"""
+
+
+async def test_the_microphone_sends_the_60_ms_packets_the_answer_asks_for(
+    make_server: Any, open_page: PageFactory
+) -> None:
+    server = await make_server()
+    page = await open_page(server.url)
+    await connect_talk(page)
+    await page.wait_for_timeout(1000)  # a second of audio, so the first packets weigh little
+    rate = await page.evaluate(MIC_PACKETS_PER_SECOND)
+    assert rate is not None and rate < 30, f"{rate} packets per second of audio: 50 means 20 ms packets"

@@ -1,0 +1,138 @@
+"""aiortc patches: hand decoded frames to the loop cheaply, and decode microphones on the loop at 16 kHz mono.
+
+aiortc decodes every received frame in a thread per receiver and hands each decoded frame back
+with `asyncio.run_coroutine_threadsafe(queue.put(frame))`: a coroutine, a Task and a concurrent
+Future per frame. Two changes:
+
+- `decoder_worker` (process-wide): the same thread loop, but each decode's frames go back in one
+  `loop.call_soon_threadsafe`. Relies on aiortc.rtcrtpreceiver looking `decoder_worker` up when a
+  receiver starts, with the arguments (loop, input queue, track queue, decode-error event).
+- `decode_audio_on_the_loop(pc)` (per peer connection): an audio receiver's encoded frames are
+  decoded as they leave the jitter buffer, on the loop (Opus decodes a 20 ms packet in ~20 µs,
+  less than the thread hop costs), to mono, and resampled to the 16 kHz the sessions consume, so
+  ingest does no conversion. Relies on RTCRtpReceiver's name-mangled `__decoder_queue` (only
+  `put` and `get` are used) and RemoteStreamTrack's `_queue`; aiortc's decoder thread still
+  starts, and only waits for the end.
+
+Remove when aiortc hands frames over without a task per frame, and lets a receiver choose its
+decoder's output format (no upstream issue yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from typing import Any
+
+import aiortc.rtcrtpreceiver
+import av
+from aiortc import RTCPeerConnection, RTCRtpCodecParameters
+from aiortc.codecs import get_decoder
+from aiortc.codecs.base import Decoder
+from aiortc.jitterbuffer import JitterFrame
+from av.audio.codeccontext import AudioCodecContext
+
+from ..engines.base import INPUT_SAMPLE_RATE
+
+logger = logging.getLogger(__name__)
+
+AIORTC_DECODER_WORKER = aiortc.rtcrtpreceiver.decoder_worker
+OPUS_DECODE_RATE = 48_000  # libopus through FFmpeg always decodes at 48 kHz
+
+
+def _deliver(track_queue: asyncio.Queue[Any], frames: list[Any]) -> None:
+    for frame in frames:
+        track_queue.put_nowait(frame)
+
+
+def _hand_over(loop: asyncio.AbstractEventLoop, track_queue: asyncio.Queue[Any], frames: list[Any]) -> None:
+    try:
+        loop.call_soon_threadsafe(_deliver, track_queue, frames)
+    except RuntimeError:  # the loop closed under a receiver still stopping: nobody is listening
+        pass
+
+
+def decoder_worker(
+    loop: asyncio.AbstractEventLoop,
+    input_q: queue.Queue[tuple[RTCRtpCodecParameters, JitterFrame] | None],
+    output_q: asyncio.Queue[Any],
+    decode_error: threading.Event,
+) -> None:
+    """aiortc's decoder thread: decode each queued frame; None ends the track."""
+    decoder: Decoder | None = None
+    codec_name: str | None = None
+    while (task := input_q.get()) is not None:
+        codec, encoded_frame = task
+        if decoder is None or codec.name != codec_name:
+            decoder, codec_name = get_decoder(codec), codec.name
+        try:
+            frames = decoder.decode(encoded_frame)
+        except av.FFmpegError as exc:  # the decoder keeps its state: the next keyframe repairs it
+            logger.warning("failed to decode a %s frame: %s", codec.mimeType, exc)
+            decode_error.set()
+            continue
+        if frames:
+            _hand_over(loop, output_q, frames)
+    _hand_over(loop, output_q, [None])
+
+
+class MicDecoder:
+    """Stands in for an audio receiver's decoder queue: each `put` decodes there and then.
+
+    Opus becomes 16 kHz mono PCM16 frames; other codecs (PCMU, PCMA) are decoded by aiortc's
+    decoder and left to ingest's resampler. `get` serves aiortc's idle decoder thread its end.
+    """
+
+    def __init__(self, track_queue: asyncio.Queue[Any]) -> None:
+        self._track_queue = track_queue
+        self._end: queue.Queue[None] = queue.Queue()
+        self._codec_name: str | None = None
+        self._decoder: AudioCodecContext | Decoder | None = None
+        self._resampler = av.AudioResampler(format="s16", layout="mono", rate=INPUT_SAMPLE_RATE)
+
+    def put(self, task: tuple[RTCRtpCodecParameters, JitterFrame] | None) -> None:
+        if task is None:
+            self._end.put(None)
+            return
+        codec, encoded_frame = task
+        try:
+            for frame in self._decode(codec, encoded_frame):
+                self._track_queue.put_nowait(frame)
+        except (av.FFmpegError, ValueError) as exc:
+            logger.warning("failed to decode a %s frame: %s", codec.mimeType, exc)
+
+    def get(self) -> None:
+        return self._end.get()
+
+    def _decode(self, codec: RTCRtpCodecParameters, encoded_frame: JitterFrame) -> list[av.AudioFrame]:
+        if self._decoder is None or codec.name != self._codec_name:
+            self._codec_name = codec.name
+            self._decoder = opus_mono_decoder() if codec.name.lower() == "opus" else get_decoder(codec)
+        if isinstance(self._decoder, Decoder):
+            return list(self._decoder.decode(encoded_frame))  # type: ignore[arg-type]
+        frames: list[av.AudioFrame] = []
+        for frame in self._decoder.decode(av.Packet(encoded_frame.data)):
+            frames += self._resampler.resample(frame)
+        return frames
+
+
+def opus_mono_decoder() -> AudioCodecContext:
+    codec = av.CodecContext.create("libopus", "r")
+    assert isinstance(codec, AudioCodecContext)
+    codec.format, codec.layout, codec.sample_rate = "s16", "mono", OPUS_DECODE_RATE
+    return codec
+
+
+def decode_audio_on_the_loop(pc: RTCPeerConnection) -> None:
+    """Give every audio receiver of `pc` a MicDecoder; call before media flows (after
+    setRemoteDescription, before the answer)."""
+    for transceiver in pc.getTransceivers():
+        receiver = transceiver.receiver
+        if transceiver.kind == "audio" and receiver.track is not None:  # None: the peer sends no audio
+            receiver._RTCRtpReceiver__decoder_queue = MicDecoder(receiver.track._queue)  # type: ignore[attr-defined]
+
+
+def install() -> None:
+    aiortc.rtcrtpreceiver.decoder_worker = decoder_worker  # type: ignore[assignment]
