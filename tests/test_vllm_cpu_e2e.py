@@ -366,6 +366,7 @@ class TestHeliosStreaming:
         started = [r["generation_chunk_index"] for r in reports if "evt-blue" in r["started_event_ids"]]
         active = [r["generation_chunk_index"] for r in reports if "evt-blue" in r["active_event_ids"]]
         completed = [r["generation_chunk_index"] for r in reports if "evt-blue" in r["completed_event_ids"]]
+        print(f"\n[vllm-cpu] interaction queued for chunk {start}; vLLM-Omni: started {started}, active {active}")
         assert started == [start], (queued, reports)
         assert active == [start, start + 1] and completed == [start + 1], (queued, reports)
 
