@@ -25,6 +25,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -48,7 +49,7 @@ def byte_level_tokenizer(
     words: list[str],
     pinned: dict[str, int] | None = None,
     **kwargs: object,
-) -> object:
+) -> Any:  # a transformers PreTrainedTokenizerFast (imported here, in the vLLM environment)
     """A byte-level BPE tokenizer (GPT-2/Qwen style) with its special tokens from id `first_special` on.
 
     Ids 0-255 are the byte alphabet, then merges make a few whole-word tokens: each of `words`
@@ -101,7 +102,7 @@ def byte_level_tokenizer(
     return tokenizer
 
 
-def text_token_ids(tokenizer: object) -> list[int]:
+def text_token_ids(tokenizer: Any) -> list[int]:
     """The ids that decode to printable text: printable ASCII bytes and the merged words (a random
     model limited to them writes readable noise, never half a UTF-8 character)."""
     printable = {chr(c) for c in range(33, 127)} | {"Ġ"}  # "Ġ" is the byte-level space
