@@ -65,18 +65,23 @@ def timed(label: str, started: float) -> None:
     print(f"\n[vllm-cpu] {label}: {time.monotonic() - started:.1f} s", flush=True)
 
 
-def build_model(python: str, name: str) -> Path:
+@pytest.fixture(scope="module")
+def tiny_models() -> dict[str, Path]:
+    """Every tiny model the module serves, built (or found cached) in one process: a cold build is
+    mostly imports, so one process for the four saves about 25 s."""
+    python = vllm_python()
+    names = ["qwen2_5_omni", "qwen3_omni_moe", "helios", "wan"]
     started = time.monotonic()
     done = subprocess.run(
-        [python, str(REPO / "tests" / "vllm_cpu" / "tiny_models.py"), name],
+        [python, str(REPO / "tests" / "vllm_cpu" / "tiny_models.py"), *names],
         capture_output=True,
         text=True,
         timeout=BUILD_TIMEOUT_S,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    timed(f"{name} model ready (built or cached)", started)
-    return Path(done.stdout.strip().splitlines()[-1])
+    timed("tiny models ready (built or cached)", started)
+    return dict(zip(names, (Path(line) for line in done.stdout.strip().splitlines()[-len(names) :]), strict=True))
 
 
 @dataclass
@@ -132,31 +137,27 @@ def serve(python: str, model: Path, *options: str, env: dict[str, str] | None = 
 
 
 @pytest.fixture(scope="class")  # stopped before the next model's server starts
-def qwen25() -> Iterator[Served]:
-    python = vllm_python()
-    yield from serve(python, build_model(python, "qwen2_5_omni"))
+def qwen25(tiny_models: dict[str, Path]) -> Iterator[Served]:
+    yield from serve(vllm_python(), tiny_models["qwen2_5_omni"])
 
 
 @pytest.fixture(scope="class")
-def qwen3() -> Iterator[Served]:
-    python = vllm_python()
+def qwen3(tiny_models: dict[str, Path]) -> Iterator[Served]:
     # Each stage's model worker runs in its stage process instead of a process of its own: three
     # fewer vLLM imports, about 55 s of the start (150 s -> 92 s). The Qwen2.5-Omni server keeps
     # vLLM's default (a worker process per stage), the path a plain `rtc-omni serve` takes.
     in_process_workers = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    yield from serve(python, build_model(python, "qwen3_omni_moe"), env=in_process_workers)
+    yield from serve(vllm_python(), tiny_models["qwen3_omni_moe"], env=in_process_workers)
 
 
 @pytest.fixture(scope="class")
-def helios() -> Iterator[Served]:
-    python = vllm_python()
-    yield from serve(python, build_model(python, "helios"), "--engine-arg", "diffusion-streaming-output")
+def helios(tiny_models: dict[str, Path]) -> Iterator[Served]:
+    yield from serve(vllm_python(), tiny_models["helios"], "--engine-arg", "diffusion-streaming-output")
 
 
 @pytest.fixture(scope="class")
-def wan() -> Iterator[Served]:
-    python = vllm_python()
-    yield from serve(python, build_model(python, "wan"))
+def wan(tiny_models: dict[str, Path]) -> Iterator[Served]:
+    yield from serve(vllm_python(), tiny_models["wan"])
 
 
 async def understand_client(served: Served, config: dict[str, Any]) -> UnderstandClient:

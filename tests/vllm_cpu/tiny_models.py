@@ -9,6 +9,7 @@ tokenizers are made here from a byte-level alphabet.
 Run in the vLLM environment (tests/vllm_cpu/env.sh), which has transformers and diffusers:
 
     DIR/bin/python tests/vllm_cpu/tiny_models.py wan   # prints the model directory
+    DIR/bin/python tests/vllm_cpu/tiny_models.py wan helios   # one directory a line
 
 Built models are cached under $RTC_OMNI_TINY_MODELS (default /tmp/rtc-omni-tiny-models), in a
 directory named after the builder and a hash of this file, so a changed builder rebuilds.
@@ -622,10 +623,11 @@ def model_dir(name: str, cache: Path = CACHE) -> Path:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("name", choices=sorted(BUILDERS))
+    parser.add_argument("name", nargs="+", choices=sorted(BUILDERS), help="one line out per name, in order")
     parser.add_argument("--cache", type=Path, default=CACHE)
     args = parser.parse_args(argv)
-    print(model_dir(args.name, args.cache))
+    for name in args.name:  # several in one process: torch, transformers and diffusers load once
+        print(model_dir(name, args.cache), flush=True)
     return 0
 
 
