@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
+import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Protocol
@@ -36,6 +38,8 @@ from .base import (
     Usage,
     VideoChunk,
 )
+
+logger = logging.getLogger(__name__)
 
 CODEC_FRAME_SAMPLES = 1920  # the talker's causal-convolution leading edge (80 ms at 24 kHz)
 HISTORY_MESSAGES = 2  # the Qwen handler replays the last two history entries, as text
@@ -338,6 +342,13 @@ def video_outputs(result: Any) -> Any:
     return images if images else _multimodal(result).get("video")
 
 
+def log_interactions(request_id: str, report: Mapping[str, Any]) -> None:
+    """Log a chunk report that names interactions, as vLLM-Omni sent it: where a prompt change
+    really started and ended, next to the `apply_from_chunk` we announced."""
+    if any(report.get(key) for key in ("started_event_ids", "active_event_ids", "completed_event_ids")):
+        logger.info("vLLM-Omni chunk report for %s: %s", request_id, json.dumps(dict(report), default=str))
+
+
 def stream_report(result: Any) -> Mapping[str, Any]:
     """The chunk report a streaming diffusion model attaches: multimodal_output.metadata.stream."""
     metadata = _multimodal(result).get("metadata")
@@ -433,7 +444,9 @@ class OmniGenerateEngine:
                     raise RuntimeError("No video outputs found in generation result.")
                 count = self._chunks_yielded[request.request_id]
                 self._chunks_yielded[request.request_id] = count + 1
-                yield chunk_of(videos, count, stream_report(output))
+                report = stream_report(output)
+                log_interactions(request.request_id, report)
+                yield chunk_of(videos, count, report)
         finally:
             self._chunks_yielded.pop(request.request_id, None)
 

@@ -27,6 +27,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ..config import Settings
+from ..logs import configure_logging
 from .vllm_cpu import PLATFORM, vllm_runs_on_cpu
 from .vllm_cpu.deploy import CPU_ENVIRONMENT, cpu_deploy_config
 from .vllm_omni import OmniGenerateEngine, OmniUnderstandEngine
@@ -239,6 +240,10 @@ async def build_vllm_engines(settings: Settings) -> tuple[OmniUnderstandEngine |
     except ImportError as exc:
         raise EngineUnavailable(f"{INSTALL_HINT} ({exc})") from exc
     from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
+
+    # Importing vLLM-Omni 0.30's API server leaves the root logger at ERROR, which silenced every
+    # rtc-omni log line below that under --engine vllm; vLLM's own loggers have their own handler.
+    configure_logging(settings.log_level, settings.log_format)
 
     cli_env_setup()  # worker processes are spawned, as under `vllm serve`
     args = parse_serve_args(serve_argv(on_device(settings)))

@@ -9,6 +9,7 @@ tokenizers are made here from a byte-level alphabet.
 Run in the vLLM environment (tests/vllm_cpu/env.sh), which has transformers and diffusers:
 
     DIR/bin/python tests/vllm_cpu/tiny_models.py wan   # prints the model directory
+    DIR/bin/python tests/vllm_cpu/tiny_models.py wan helios   # one directory a line
 
 Built models are cached under $RTC_OMNI_TINY_MODELS (default /tmp/rtc-omni-tiny-models), in a
 directory named after the builder and a hash of this file, so a changed builder rebuilds.
@@ -25,6 +26,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -42,31 +44,55 @@ def write_json(path: Path, value: object) -> None:
 # ----------------------------------------------------------------------------- tokenizers
 
 
-def byte_level_tokenizer(first_special: int | None, specials: list[str], words: list[str], **kwargs: object) -> object:
+def byte_level_tokenizer(
+    first_special: int | None,
+    specials: list[str],
+    words: list[str],
+    pinned: dict[str, int] | None = None,
+    **kwargs: object,
+) -> Any:  # a transformers PreTrainedTokenizerFast (imported here, in the vLLM environment)
     """A byte-level BPE tokenizer (GPT-2/Qwen style) with its special tokens from id `first_special` on.
 
-    Ids 0-255 are the byte alphabet, then one merge per word in `words` makes a few whole-word
-    tokens; the gap up to `first_special` (where vLLM-Omni expects the specials; None: right after
-    the words) is filled with placeholders that no text encodes to. `kwargs` go to
-    PreTrainedTokenizerFast (eos_token, ...)."""
+    Ids 0-255 are the byte alphabet, then merges make a few whole-word tokens: each of `words`
+    with its leading space, and each of `pinned` (no space) at the id it maps to, for ids that
+    vLLM-Omni hard-codes (Qwen3-Omni's "user" = 872). Every gap up to `first_special` (where
+    vLLM-Omni expects the specials; None: right after the words) is filled with placeholders that
+    no text encodes to. `kwargs` go to PreTrainedTokenizerFast (eos_token, ...)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from tokenizers.pre_tokenizers import ByteLevel
     from transformers import PreTrainedTokenizerFast
 
+    pinned = pinned or {}
+    taken = set(pinned.values())
     vocab = {symbol: index for index, symbol in enumerate(sorted(ByteLevel.alphabet()))}
+    next_id = len(vocab)
     merges: list[tuple[str, str]] = []
-    for word in words:
-        current = "Ġ"  # the byte-level space: the words are merged with their leading space
+
+    def merge(word: str, start: str) -> None:
+        nonlocal next_id
+        current = start
         for piece in word:
             if current + piece not in vocab:
                 merges.append((current, piece))
-                vocab[current + piece] = len(vocab)
+                if current + piece in pinned:
+                    vocab[current + piece] = pinned[current + piece]
+                else:
+                    while next_id in taken:
+                        next_id += 1
+                    vocab[current + piece] = next_id
+                    next_id += 1
             current += piece
-    first_special = len(vocab) if first_special is None else first_special
-    filler = 0
-    while len(vocab) < first_special:
-        vocab[f"<|unused_{filler}|>"] = len(vocab)
-        filler += 1
+
+    for word in words:
+        merge(word, "Ġ")  # the byte-level space: these words are merged with their leading space
+    for word in pinned:
+        merge(word[1:], word[0])
+    first_special = next_id if first_special is None else first_special
+    assert max(vocab.values()) < first_special
+    ids = set(vocab.values())
+    for filler in range(first_special):
+        if filler not in ids:
+            vocab[f"<|unused_{filler}|>"] = filler
     backend = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     backend.decoder = decoders.ByteLevel()
@@ -77,7 +103,7 @@ def byte_level_tokenizer(first_special: int | None, specials: list[str], words: 
     return tokenizer
 
 
-def text_token_ids(tokenizer: object) -> list[int]:
+def text_token_ids(tokenizer: Any) -> list[int]:
     """The ids that decode to printable text: printable ASCII bytes and the merged words (a random
     model limited to them writes readable noise, never half a UTF-8 character)."""
     printable = {chr(c) for c in range(33, 127)} | {"Ġ"}  # "Ġ" is the byte-level space
@@ -91,13 +117,12 @@ WORDS = ["the", "a", "red", "blue", "green", "wall", "cat", "sky", "is", "and", 
 # ----------------------------------------------------------------------------- Wan 2.x (diffusion)
 
 
-def build_wan(out: Path) -> None:
-    """A Wan 2.x text-to-video pipeline (vLLM-Omni's Wan22Pipeline): UMT5 text encoder, Wan
-    transformer, Wan VAE, UniPC scheduler, with a few hundred thousand parameters."""
-    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanTransformer3DModel
+def build_umt5_vae(out: Path) -> int:
+    """The parts Wan and Helios share: a byte-level tokenizer, a UMT5 text encoder and a Wan VAE
+    (4x in time, 8x in space, 16 latent channels). Returns the text encoder's width."""
+    from diffusers import AutoencoderKLWan
     from transformers import UMT5Config, UMT5EncoderModel
 
-    torch.manual_seed(SEED)
     tokenizer = byte_level_tokenizer(
         None,
         ["<pad>", "</s>", "<unk>"],
@@ -124,6 +149,21 @@ def build_wan(out: Path) -> None:
         )
     )
     encoder.save_pretrained(out / "text_encoder")
+    # One residual block a level, 3 channels: the decoder works at full resolution, and vLLM-Omni's
+    # start-up warm-up decodes 33 frames at 512x512 for Helios (17 s with two blocks, 9 s with one).
+    AutoencoderKLWan(
+        base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=0, temperal_downsample=[False, True, True]
+    ).save_pretrained(out / "vae")
+    return text_dim
+
+
+def build_wan(out: Path) -> None:
+    """A Wan 2.x text-to-video pipeline (vLLM-Omni's Wan22Pipeline): UMT5 text encoder, Wan
+    transformer, Wan VAE, UniPC scheduler, with a few hundred thousand parameters."""
+    from diffusers import UniPCMultistepScheduler, WanTransformer3DModel
+
+    torch.manual_seed(SEED)
+    text_dim = build_umt5_vae(out)
     WanTransformer3DModel(
         patch_size=(1, 2, 2),
         num_attention_heads=2,
@@ -138,9 +178,6 @@ def build_wan(out: Path) -> None:
         qk_norm="rms_norm_across_heads",
         rope_max_seq_len=32,
     ).save_pretrained(out / "transformer")
-    AutoencoderKLWan(
-        base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True]
-    ).save_pretrained(out / "vae")
     UniPCMultistepScheduler(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=3.0).save_pretrained(
         out / "scheduler"
     )
@@ -153,6 +190,44 @@ def build_wan(out: Path) -> None:
             "text_encoder": ["transformers", "UMT5EncoderModel"],
             "tokenizer": ["transformers", "PreTrainedTokenizerFast"],
             "transformer": ["diffusers", "WanTransformer3DModel"],
+            "vae": ["diffusers", "AutoencoderKLWan"],
+        },
+    )
+
+
+# ----------------------------------------------------------------------------- Helios (diffusion, chunked)
+
+
+def build_helios(out: Path) -> None:
+    """A Helios text-to-video pipeline (vLLM-Omni's HeliosPipeline): Wan's text encoder and VAE, the
+    Helios transformer with its multi-term memory patches, the Helios scheduler. It generates in
+    chunks of 33 frames and streams them with `diffusion-streaming-output`."""
+    from diffusers import HeliosScheduler, HeliosTransformer3DModel
+
+    torch.manual_seed(SEED)
+    text_dim = build_umt5_vae(out)
+    HeliosTransformer3DModel(
+        patch_size=(1, 2, 2),
+        num_attention_heads=2,
+        attention_head_dim=16,
+        in_channels=16,
+        out_channels=16,
+        text_dim=text_dim,
+        freq_dim=32,
+        ffn_dim=32,
+        num_layers=1,
+        rope_dim=(4, 6, 6),  # time, height, width: the head's 16 dimensions
+    ).save_pretrained(out / "transformer")
+    HeliosScheduler().save_pretrained(out / "scheduler")
+    write_json(
+        out / "model_index.json",
+        {
+            "_class_name": "HeliosPipeline",
+            "_diffusers_version": "0.40.0",
+            "scheduler": ["diffusers", "HeliosScheduler"],
+            "text_encoder": ["transformers", "UMT5EncoderModel"],
+            "tokenizer": ["transformers", "PreTrainedTokenizerFast"],
+            "transformer": ["diffusers", "HeliosTransformer3DModel"],
             "vae": ["diffusers", "AutoencoderKLWan"],
         },
     )
@@ -194,15 +269,17 @@ TALKER_CODES = 63  # codes the tiny talker may emit (code2wav embeds 8193): with
 LOGIT_SCALE = 50.0  # random heads scaled up, so that allowed tokens dominate the zeroed rows
 
 
-def qwen_processor_parts(tokenizer: object) -> dict[str, object]:
-    """Image, video and audio preprocessors as Qwen-Omni's processor wants them, small images."""
+def qwen_processor_parts(tokenizer: object, patch: int = 28) -> dict[str, object]:
+    """Image, video and audio preprocessors as Qwen-Omni's processor wants them, small images.
+    `patch`: the pixels of one vision token (Qwen2.5: 14 x 2 merged; Qwen3: 16 x 2)."""
     from transformers import Qwen2VLImageProcessor, WhisperFeatureExtractor
     from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
 
-    pixels = {"min_pixels": 4 * 28 * 28, "max_pixels": 64 * 28 * 28}  # at most 64 tokens a frame
+    pixels = {"min_pixels": 4 * patch * patch, "max_pixels": 64 * patch * patch}  # at most 64 tokens a frame
+    sizes = {} if patch == 28 else {"patch_size": patch // 2, "merge_size": 2}
     return {
-        "image_processor": Qwen2VLImageProcessor(**pixels),
-        "video_processor": Qwen2VLVideoProcessor(**pixels),
+        "image_processor": Qwen2VLImageProcessor(**pixels, **sizes),
+        "video_processor": Qwen2VLVideoProcessor(**pixels, **sizes),
         "feature_extractor": WhisperFeatureExtractor(feature_size=128),
         "tokenizer": tokenizer,
     }
@@ -338,7 +415,192 @@ def build_qwen2_5_omni(out: Path) -> None:
     Qwen2_5OmniProcessor(**qwen_processor_parts(tokenizer), chat_template=QWEN_CHAT_TEMPLATE).save_pretrained(out)
 
 
-BUILDERS: dict[str, Callable[[Path], None]] = {"wan": build_wan, "qwen2_5_omni": build_qwen2_5_omni}
+# ------------------------------------------------------------------------ Qwen3-Omni MoE (thinker, talker, code2wav)
+
+# Qwen3-Omni's added tokens, from <|endoftext|> (151643) on, in the real tokenizer's order: vLLM-Omni
+# hard-codes the audio and TTS ids (151669-151675) and the config names the vision ones.
+QWEN3_SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+    "<|audio_start|>",
+    "<|audio_end|>",
+    "<tts_pad>",
+    "<tts_text_bos>",
+    "<tts_text_eod>",
+    "<tts_text_bos_single>",
+    "<|audio_pad|>",
+]
+# vLLM-Omni finds the roles of a Qwen3-Omni prompt by these ids (the token after <|im_start|>).
+QWEN3_ROLES = {"system": 8948, "user": 872, "assistant": 77091}
+QWEN3_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'text' %}{{ part['text'] }}"
+    "{% elif part['type'] in ('image', 'image_url', 'image_pil') %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] in ('video', 'video_url') %}<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif part['type'] in ('audio', 'audio_url', 'input_audio') %}<|audio_start|><|audio_pad|><|audio_end|>"
+    "{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+QWEN3_CODEC_END = 2150  # the talker's end-of-speech code (the real config's codec ids are 2148-2157)
+
+
+def build_qwen3_omni_moe(out: Path) -> None:
+    """Qwen3-Omni MoE with all three stages (thinker, talker + code predictor, code2wav), in the
+    real 30B-A3B layout: MoE thinker and talker, 16 code groups, the real special-token ids."""
+    from transformers import Qwen3OmniMoeConfig, Qwen3OmniMoeForConditionalGeneration, Qwen3OmniMoeProcessor
+
+    torch.manual_seed(SEED)
+    tokenizer = byte_level_tokenizer(
+        QWEN25_FIRST_SPECIAL,
+        QWEN3_SPECIALS,
+        WORDS,
+        pinned=QWEN3_ROLES,
+        model_max_length=32768,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        model_specific_special_tokens={
+            "image_token": "<|image_pad|>",
+            "audio_token": "<|audio_pad|>",
+            "video_token": "<|video_pad|>",
+            "vision_bos_token": "<|vision_start|>",
+            "vision_eos_token": "<|vision_end|>",
+            "audio_bos_token": "<|audio_start|>",
+            "audio_eos_token": "<|audio_end|>",
+        },
+    )
+    for role, token_id in QWEN3_ROLES.items():
+        assert tokenizer.encode(role) == [token_id], role
+    # Heads 32 wide (vLLM's CPU attention); interleaved M-RoPE splits head_dim / 2 in three.
+    mrope = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [6, 5, 5], "interleaved": True}
+    moe = {
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "intermediate_size": 128,
+        "moe_intermediate_size": 64,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "max_position_embeddings": 32768,
+        "rope_parameters": mrope,
+    }
+    config = Qwen3OmniMoeConfig(
+        thinker_config={
+            "text_config": {**moe, "vocab_size": 152064, "hidden_size": THINKER_HIDDEN},
+            "audio_config": {
+                "num_mel_bins": 128,
+                "encoder_layers": 2,
+                "encoder_attention_heads": 2,
+                "encoder_ffn_dim": 64,
+                "d_model": 32,
+                "output_dim": THINKER_HIDDEN,
+                "downsample_hidden_size": 32,
+            },
+            "vision_config": {
+                "depth": 2,
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_heads": 2,
+                "out_hidden_size": THINKER_HIDDEN,
+                "deepstack_visual_indexes": [1],
+                "num_position_embeddings": 256,
+            },
+            "audio_token_id": 151675,
+            "image_token_id": 151655,
+            "video_token_id": 151656,
+            "audio_start_token_id": 151669,
+            "position_id_per_seconds": 13,
+        },
+        talker_config={
+            "text_config": {**moe, "vocab_size": 3072, "hidden_size": 64, "shared_expert_intermediate_size": 64},
+            "code_predictor_config": {
+                "vocab_size": 2048,
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 2,
+                "num_key_value_heads": 1,
+                "head_dim": 32,
+                "num_code_groups": 16,
+            },
+            "num_code_groups": 16,
+            "thinker_hidden_size": THINKER_HIDDEN,
+            "accept_hidden_layer": 1,
+            "codec_pad_id": 2148,
+            "codec_bos_id": 2149,
+            "codec_eos_token_id": QWEN3_CODEC_END,
+            "codec_nothink_id": 2155,
+            "codec_think_bos_id": 2156,
+            "codec_think_eos_id": 2157,
+            "audio_token_id": 151675,
+            "image_token_id": 151655,
+            "video_token_id": 151656,
+            "vision_start_token_id": 151652,
+            "audio_start_token_id": 151669,
+            "position_id_per_seconds": 13,
+            "speaker_id": {"chelsie": 2301, "ethan": 2302, "aiden": 2303},
+            "spatial_merge_size": 2,
+        },
+        code2wav_config={
+            "codebook_size": 2048,
+            "hidden_size": 64,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2,
+            "intermediate_size": 128,
+            "num_hidden_layers": 1,
+            "num_quantizers": 16,
+            "decoder_dim": 64,
+        },
+    )
+    config.architectures = ["Qwen3OmniMoeForConditionalGeneration"]
+    # In the real config.json but not fields of transformers' classes; vLLM's thinker reads them.
+    config.thinker_config.audio_end_token_id = 151670
+    vision = config.thinker_config.vision_config
+    vision.apply_vit_abs_pos_embed = True
+    vision.image_size = 16 * vision.patch_size  # vLLM sizes the position table (image_size / patch)^2: 256
+    model = Qwen3OmniMoeForConditionalGeneration(config).eval()
+    keep_rows(model.thinker.lm_head.weight, text_token_ids(tokenizer) + [tokenizer.eos_token_id])
+    keep_rows(model.talker.codec_head.weight, list(range(TALKER_CODES)) + [QWEN3_CODEC_END])
+    with torch.no_grad():
+        model.code2wav.decoder[-1].conv.weight *= 3e5  # the random vocoder's waveform is ~1e-7 RMS; make it audible
+    model.save_pretrained(out)
+    Qwen3OmniMoeProcessor(
+        **qwen_processor_parts(tokenizer, patch=32), chat_template=QWEN3_CHAT_TEMPLATE
+    ).save_pretrained(out)
+
+
+BUILDERS: dict[str, Callable[[Path], None]] = {
+    "wan": build_wan,
+    "helios": build_helios,
+    "qwen2_5_omni": build_qwen2_5_omni,
+    "qwen3_omni_moe": build_qwen3_omni_moe,
+}
 
 
 def model_dir(name: str, cache: Path = CACHE) -> Path:
@@ -363,10 +625,11 @@ def model_dir(name: str, cache: Path = CACHE) -> Path:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("name", choices=sorted(BUILDERS))
+    parser.add_argument("name", nargs="+", choices=sorted(BUILDERS), help="one line out per name, in order")
     parser.add_argument("--cache", type=Path, default=CACHE)
     args = parser.parse_args(argv)
-    print(model_dir(args.name, args.cache))
+    for name in args.name:  # several in one process: torch, transformers and diffusers load once
+        print(model_dir(name, args.cache), flush=True)
     return 0
 
 
