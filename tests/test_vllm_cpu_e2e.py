@@ -101,7 +101,7 @@ class Served:
         return "\n".join(["exceptions:", *list(causes)[:12], "last lines:", *text[-lines:]])
 
 
-def serve(python: str, model: Path, *options: str, env: dict[str, str] | None = None) -> Iterator[Served]:
+def serve(python: str, model: Path, *options: str) -> Iterator[Served]:
     log = Path(tempfile.mkstemp(prefix="vllm-cpu-serve-", suffix=".log")[1])
     started = time.monotonic()
     with log.open("wb") as out:
@@ -110,7 +110,7 @@ def serve(python: str, model: Path, *options: str, env: dict[str, str] | None = 
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=REPO,
-            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), **(env or {})},
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)},
         )
     served = Served("", process, log)
     try:
@@ -144,11 +144,7 @@ def qwen25(tiny_models: dict[str, Path]) -> Iterator[Served]:
 
 @pytest.fixture(scope="class")
 def qwen3(tiny_models: dict[str, Path]) -> Iterator[Served]:
-    # Each stage's model worker runs in its stage process instead of a process of its own: three
-    # fewer vLLM imports, about 55 s of the start (150 s -> 92 s). The Qwen2.5-Omni server keeps
-    # vLLM's default (a worker process per stage), the path a plain `rtc-omni serve` takes.
-    in_process_workers = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    yield from serve(vllm_python(), tiny_models["qwen3_omni_moe"], env=in_process_workers)
+    yield from serve(vllm_python(), tiny_models["qwen3_omni_moe"])
 
 
 @pytest.fixture(scope="class")
