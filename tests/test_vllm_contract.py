@@ -9,7 +9,7 @@ output classes go through the engines, the real parameter helpers build what the
 and the real `vllm serve --omni` parser reads the settings. It is also the tripwire of the CPU
 platform plugin (rtc_omni/engines/vllm_cpu/): every vLLM-Omni internal the plugin relies on is
 checked here, so a vLLM-Omni release that moves one fails these tests, not a user's server.
-tests/test_vllm_cpu_e2e.py runs real pipelines on tiny models.
+tests/test_vllm_cpu_*.py runs real pipelines on tiny models.
 """
 
 from __future__ import annotations

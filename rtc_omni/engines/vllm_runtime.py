@@ -13,7 +13,7 @@ passed unless `--deploy-config` is given.
 Imported only when `--engine vllm` is chosen; vllm, vllm-omni and torch are imported inside the
 functions, so the base install, the tests and CI never need them. Written against vllm-omni 0.30,
 and checked against the real package by tests/test_vllm_contract.py and, on tiny models on CPU,
-by tests/test_vllm_cpu_e2e.py; benchmarks/vllm_smoke.py runs on a GPU machine.
+by tests/test_vllm_cpu_*.py; benchmarks/vllm_smoke.py runs on a GPU machine.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Tiny, randomly initialised models in the layouts vLLM-Omni 0.30 serves, built on this machine.
 
-The end-to-end tests run real vLLM-Omni pipelines on CPU (tests/test_vllm_cpu_e2e.py). Real
+The end-to-end tests run real vLLM-Omni pipelines on CPU (tests/test_vllm_cpu_*.py). Real
 weights are gigabytes and cannot be downloaded in CI, so each builder makes a model directory
 with the real configuration classes, the real layout and tiny sizes: every stage, inter-stage
 payload and output shape is the real one, the text and media are noise. Nothing is downloaded:
