@@ -35,6 +35,31 @@ INBOUND_STATS = """async ([view, kind]) => {
   return totals;
 }"""
 
+# Whether the talker is silent at the page. Chromium's audioLevel is the peak of the last ~100 ms of
+# playout, divided by 4 every ~100 ms after the sound stops, so it reads 0 about 0.8 s after the
+# last sound; and the sound ends some 0.3-0.5 s after the server's last packet (Chromium's jitter
+# buffer and audio output). So silence shows about 1.3 s after the server stopped, more under load.
+TALKER_LEVEL = """async () => {
+  let level = null;
+  (await window.rtcOmni.talk.session.pc.getStats()).forEach((s) => {
+    if (s.type === "inbound-rtp" && s.kind === "audio") level = s.audioLevel;
+  });
+  return level;
+}"""
+
+
+async def wait_for_talker_silence(page: Page, timeout_s: float) -> None:
+    """Return once the page's talker level reads 0; fail after `timeout_s`."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            while await page.evaluate(TALKER_LEVEL) != 0:
+                await asyncio.sleep(0.1)
+    except TimeoutError:
+        pytest.fail(f"the talker still speaks at the page after {timeout_s} s")
+
+
+LONG_QUESTION = "second question: " + " ".join(["describe everything you see and hear in detail"] * 6)
+
 # The mean colour of the middle of the generated video, read back through a canvas.
 VIDEO_COLOUR = """() => {
   const video = document.getElementById("gen-video");
@@ -141,19 +166,23 @@ async def test_a_new_question_cancels_the_answer_and_interrupt_stops_it(
 
     await ask(page, "first question")
     await expect(turn(page, 0)).to_have_attribute("data-state", "speaking", timeout=20_000)
-    await ask(page, "second question")  # automatic interrupt: the server cancels the first turn
+    # A long question makes a long answer: its first sentence alone speaks for about 15 s.
+    await ask(page, LONG_QUESTION)  # automatic interrupt: the server cancels the first turn
     await expect(turn(page, 0)).to_have_attribute("data-state", "cancelled", timeout=10_000)
     await expect(turn(page, 0).locator(".meta")).to_contain_text("cancelled")
-    await expect(turn(page, 1).locator(".answer")).to_contain_text('You asked: "second question"', timeout=20_000)
+    await expect(turn(page, 1).locator(".answer")).to_contain_text('You asked: "second question', timeout=20_000)
+    await expect(turn(page, 1)).to_have_attribute("data-state", "speaking", timeout=20_000)
+    await page.wait_for_timeout(1000)  # the engine, 8x faster than real time, queues ~8 s of speech meanwhile
 
     await page.get_by_role("button", name="Interrupt", exact=True).click()
     await expect(turn(page, 1)).to_have_attribute("data-state", "interrupted")
-    # The server stopped the turn (response.cancel): the talker track falls silent at the page.
-    await page.wait_for_timeout(500)
+    # The server stopped the turn and dropped its queued speech: the talker falls silent at the page
+    # well before those ~8 s have played (it takes ~1.3 s here: see TALKER_LEVEL), and stays silent.
+    await wait_for_talker_silence(page, timeout_s=5.0)
     before = (await page.evaluate(INBOUND_STATS, ["talk", "audio"]))["totalAudioEnergy"]
     await page.wait_for_timeout(1000)
     after = (await page.evaluate(INBOUND_STATS, ["talk", "audio"]))["totalAudioEnergy"]
-    assert after - before < 1e-4, "the interrupted talker still speaks"
+    assert after - before < 1e-4, "the interrupted talker speaks again"
 
     await ask(page, "third question")
     await expect(turn(page, 2).locator(".answer")).to_contain_text('You asked: "third question"', timeout=20_000)
