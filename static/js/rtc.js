@@ -33,13 +33,17 @@ function answerAddresses(sdp) {
   return found.length ? found.slice(0, 3).join(", ") : "none";
 }
 
-/** Why the connection did not come up, from the stage it reached: ICE, then DTLS, then the channel. */
-function notConnectedReason(pc, addresses, timedOut) {
+/**
+ * Why the connection did not come up, from the stage it reached: ICE, then DTLS, then the channel.
+ * `iceConnected` says whether ICE ever found a path: the browser may report the connection failed
+ * before it reports ICE failed, and without a path there was no DTLS handshake to fail.
+ */
+function notConnectedReason(pc, addresses, timedOut, iceConnected) {
   const ice = pc.iceConnectionState;
   const seconds = `${CONNECT_TIMEOUT_MS / 1000} s`;
   const silent = `none of the server's addresses (${addresses}) answered`;
   const hint = "A firewall or NAT is in the way; a TURN server (rtc-omni serve --ice-server) gets through most";
-  if (ice === "failed") return `ICE failed: ${silent}. ${hint}`;
+  if (ice === "failed" || (pc.connectionState === "failed" && !iceConnected)) return `ICE failed: ${silent}. ${hint}`;
   if (timedOut && (ice === "new" || ice === "checking")) return `ICE found no network path within ${seconds}: ${silent}. ${hint}`;
   if (pc.connectionState === "failed") return "the network path works, but the secure media handshake (DTLS) failed";
   if (pc.connectionState === "closed") return "the connection was closed";
@@ -59,6 +63,7 @@ export function lostReason(pc) {
 function opened(pc, channel, addresses) {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => fail(true), CONNECT_TIMEOUT_MS);
+    let iceConnected = false;
     function cleanup() {
       clearTimeout(timer);
       channel.removeEventListener("open", onOpen);
@@ -67,13 +72,14 @@ function opened(pc, channel, addresses) {
     }
     function fail(timedOut) {
       cleanup();
-      reject(new Error(`Could not connect to the server: ${notConnectedReason(pc, addresses, timedOut)}.`));
+      reject(new Error(`Could not connect to the server: ${notConnectedReason(pc, addresses, timedOut, iceConnected)}.`));
     }
     function onOpen() {
       cleanup();
       resolve();
     }
     function onState() {
+      if (["connected", "completed"].includes(pc.iceConnectionState)) iceConnected = true;
       if (pc.iceConnectionState === "failed" || ["failed", "closed"].includes(pc.connectionState)) fail(false);
     }
     channel.addEventListener("open", onOpen);
