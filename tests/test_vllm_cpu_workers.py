@@ -1,0 +1,145 @@
+"""`rtc-omni serve --engine vllm --workers 2` on real vLLM-Omni 0.30 on CPU (the tiny Qwen2.5-Omni): one
+engine process holds the model, both workers answer through it, and when its talker dies the server
+stops with a log line that says why (tests/vllm_cpu/serving.py)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rtc_omni.client.peer import UnderstandClient
+
+from .vllm_cpu.serving import (
+    MARKS,
+    SHORT,
+    TURN_TIMEOUT_S,
+    Served,
+    printable_only,
+    serve,
+    tiny_model,
+    understand_client,
+    vllm_python,
+)
+
+pytestmark = MARKS
+
+MAX_CLIENTS = 12  # sessions opened until both workers own one (each lands on either: 2^-11 to miss)
+ENGINE_MARK = "rtc_omni.workers.engine_process"
+STOP_TIMEOUT_S = 120  # the supervisor's health check, then the engine's stop (its stage processes)
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[Served]:
+    yield from serve(vllm_python(), tiny_model("qwen2_5_omni"), "--workers", "2")
+
+
+@pytest.fixture(scope="module")
+def config() -> dict[str, Any]:
+    return printable_only(SHORT, tiny_model("qwen2_5_omni"))
+
+
+def process_tree(root: int) -> dict[int, list[int]]:
+    """Each process under `root` (itself included) with its children."""
+    tree: dict[int, list[int]] = {}
+    pending = [root]
+    while pending:
+        pid = pending.pop()
+        children: list[int] = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            children += [int(child) for child in (task / "children").read_text().split()]
+        tree[pid] = children
+        pending += children
+    return tree
+
+
+def subtree(tree: dict[int, list[int]], root: int) -> set[int]:
+    found, pending = set(), [root]
+    while pending:
+        pid = pending.pop()
+        found.add(pid)
+        pending += tree.get(pid, [])
+    return found
+
+
+def loaded_torch(pid: int) -> bool:
+    return "libtorch_cpu.so" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def is_engine_process(pid: int) -> bool:
+    return ENGINE_MARK in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+
+
+async def sessions_on_both_workers(served: Served, config: dict[str, Any]) -> list[UnderstandClient]:
+    """One camera-and-mic session owned by each worker (the kernel hands each offer to either)."""
+    owned: dict[str, UnderstandClient] = {}
+    try:
+        for _ in range(MAX_CLIENTS):
+            client = await understand_client(served, config)
+            assert client.session_id is not None
+            worker = client.session_id.split(".", 1)[0]
+            if worker in owned:
+                await client.close()
+                continue
+            owned[worker] = client
+            if len(owned) == 2:
+                return [owned["w0"], owned["w1"]]
+    except BaseException:
+        for client in owned.values():
+            await client.close()
+        raise
+    for client in owned.values():
+        await client.close()
+    raise AssertionError(f"{MAX_CLIENTS} sessions all went to {set(owned)}")
+
+
+class TestOneEngineForTwoWorkers:
+    """One server for the class; the last test kills its talker stage."""
+
+    async def test_sessions_on_both_workers_are_answered_by_the_one_engine_process(
+        self, served: Served, config: dict[str, Any]
+    ) -> None:
+        clients = await sessions_on_both_workers(served, config)
+        try:
+            results = [await client.ask("What do you see?", timeout=TURN_TIMEOUT_S) for client in clients]
+        finally:
+            for client in clients:
+                await client.close()
+        for client, turn in zip(clients, results, strict=True):
+            assert not turn.errors and not turn.cancelled, (client.session_id, turn.errors, served.tail())
+            done = next(e for e in turn.events if e["type"] == "response.text.done")
+            assert turn.text and done["text"] == turn.text
+            assert turn.events[-1]["type"] == "response.audio.done", turn.events[-3:]
+            assert client.recorder is not None
+            voiced = client.recorder.voiced_frames(turn.sent_at, turn.done_at or turn.sent_at + TURN_TIMEOUT_S)
+            assert voiced > 10, f"the talker's speech was not audible at {client.session_id}'s peer"
+
+        tree = process_tree(served.process.pid)
+        engines = [pid for pid in tree if is_engine_process(pid)]
+        assert len(engines) == 1, engines
+        (engine,) = engines
+        workers = [pid for pid in tree[served.process.pid] if pid != engine]
+        assert len(workers) == 2, tree
+        # The model lives in the engine process and its stage processes only: no worker loaded torch.
+        holding_torch = {pid for pid in tree if loaded_torch(pid)}
+        assert engine in holding_torch and holding_torch <= subtree(tree, engine), (holding_torch, tree)
+        assert not {served.process.pid, *workers} & holding_torch
+
+    async def test_a_dead_talker_stage_stops_the_server_with_the_reason(self, served: Served) -> None:
+        # Last in the class: without a repetition penalty vLLM drops the prompt token ids the
+        # Qwen2.5-Omni talker needs, and the stage dies for good (docs/vllm.md).
+        fatal = {"sampling_params_list": [{"max_tokens": 4}, {"max_tokens": 8, "repetition_penalty": 1.0}]}
+        client = await understand_client(served, fatal)
+        try:
+            first = await client.ask("Hello?", timeout=TURN_TIMEOUT_S)
+        finally:
+            await client.close()
+        assert first.errors == ["Query processing failed"], (first.errors, served.tail())
+        assert served.process.wait(timeout=STOP_TIMEOUT_S) == 1, served.tail()
+        log = served.log.read_text(errors="replace")
+        assert re.search(r"vLLM engine process \(pid \d+\) is unhealthy: .*Stage-1 has no live replica", log), (
+            served.tail()
+        )
