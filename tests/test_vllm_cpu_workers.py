@@ -4,7 +4,9 @@ stops with a log line that says why (tests/vllm_cpu/serving.py)."""
 
 from __future__ import annotations
 
+import math
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -116,6 +118,8 @@ class TestOneEngineForTwoWorkers:
             assert client.recorder is not None
             voiced = client.recorder.voiced_frames(turn.sent_at, turn.done_at or turn.sent_at + TURN_TIMEOUT_S)
             assert voiced > 10, f"the talker's speech was not audible at {client.session_id}'s peer"
+            first_text, turn_s = turn.time_to_first_text or math.nan, (turn.done_at or math.nan) - turn.sent_at
+            print(f"\n[vllm-cpu] {client.session_id}: first text {first_text:.2f} s, turn {turn_s:.2f} s")
 
         tree = process_tree(served.process.pid)
         engines = [pid for pid in tree if is_engine_process(pid)]
@@ -131,15 +135,24 @@ class TestOneEngineForTwoWorkers:
     async def test_a_dead_talker_stage_stops_the_server_with_the_reason(self, served: Served) -> None:
         # Last in the class: without a repetition penalty vLLM drops the prompt token ids the
         # Qwen2.5-Omni talker needs, and the stage dies for good (docs/vllm.md).
+        everyone = set(process_tree(served.process.pid))
         fatal = {"sampling_params_list": [{"max_tokens": 4}, {"max_tokens": 8, "repetition_penalty": 1.0}]}
         client = await understand_client(served, fatal)
         try:
             first = await client.ask("Hello?", timeout=TURN_TIMEOUT_S)
         finally:
             await client.close()
+        error = next(e for e in first.events if e["type"] == "error")
+        print(f"\n[vllm-cpu] the failed turn's error: {error}")
         assert first.errors == ["Query processing failed"], (first.errors, served.tail())
+        assert error["detail"].startswith("upstream: Query processing failed: "), error  # with the engine's reason
         assert served.process.wait(timeout=STOP_TIMEOUT_S) == 1, served.tail()
         log = served.log.read_text(errors="replace")
         assert re.search(r"vLLM engine process \(pid \d+\) is unhealthy: .*Stage-1 has no live replica", log), (
             served.tail()
         )
+        # The workers, the engine process and its stage processes all stopped with it.
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while (left := {pid for pid in everyone if Path(f"/proc/{pid}").exists()}) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not left, [Path(f"/proc/{pid}/cmdline").read_text(errors="replace")[:200] for pid in left]
