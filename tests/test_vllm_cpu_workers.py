@@ -1,11 +1,15 @@
 """`rtc-omni serve --engine vllm --workers 2` on real vLLM-Omni 0.30 on CPU (the tiny Qwen2.5-Omni): one
 engine process holds the model, both workers answer through it, and when its talker dies the server
-stops with a log line that says why (tests/vllm_cpu/serving.py)."""
+stops with a log line that says why; stopped while it loads, it leaves nothing behind
+(tests/vllm_cpu/serving.py)."""
 
 from __future__ import annotations
 
 import math
+import os
 import re
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +21,9 @@ from rtc_omni.client.peer import UnderstandClient
 
 from .vllm_cpu.serving import (
     MARKS,
+    REPO,
     SHORT,
+    START_TIMEOUT_S,
     TURN_TIMEOUT_S,
     Served,
     printable_only,
@@ -45,14 +51,17 @@ def config() -> dict[str, Any]:
 
 
 def process_tree(root: int) -> dict[int, list[int]]:
-    """Each process under `root` (itself included) with its children."""
+    """Each live process under `root` (itself included) with its children."""
     tree: dict[int, list[int]] = {}
     pending = [root]
     while pending:
         pid = pending.pop()
         children: list[int] = []
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            children += [int(child) for child in (task / "children").read_text().split()]
+        try:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                children += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue  # it just exited
         tree[pid] = children
         pending += children
     return tree
@@ -68,11 +77,25 @@ def subtree(tree: dict[int, list[int]], root: int) -> set[int]:
 
 
 def loaded_torch(pid: int) -> bool:
-    return "libtorch_cpu.so" in Path(f"/proc/{pid}/maps").read_text()
+    try:
+        return "libtorch_cpu.so" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
 
 
 def is_engine_process(pid: int) -> bool:
-    return ENGINE_MARK in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+    try:
+        return ENGINE_MARK in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+    except OSError:
+        return False
+
+
+def assert_all_gone(pids: set[int]) -> None:
+    """Every process of `pids` exits within STOP_TIMEOUT_S: nothing of the server is left behind."""
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while (left := {pid for pid in pids if Path(f"/proc/{pid}").exists()}) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, [Path(f"/proc/{pid}/cmdline").read_text(errors="replace")[:200] for pid in left]
 
 
 async def sessions_on_both_workers(served: Served, config: dict[str, Any]) -> list[UnderstandClient]:
@@ -96,6 +119,40 @@ async def sessions_on_both_workers(served: Served, config: dict[str, Any]) -> li
     for client in owned.values():
         await client.close()
     raise AssertionError(f"{MAX_CLIENTS} sessions all went to {set(owned)}")
+
+
+def test_a_stop_while_the_engine_loads_stops_it_and_everything_it_started(tmp_path: Path) -> None:
+    python, model = vllm_python(), tiny_model("qwen2_5_omni")
+    log = tmp_path / "serve.log"
+    command = [python, "-m", "rtc_omni", "serve", "--engine", "vllm", "--model", str(model), "--port", "0"]
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [*command, "--workers", "2"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)},
+        )
+    try:
+        # Stop it once the load is under way: a process under the engine process has loaded torch.
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            tree = process_tree(process.pid)
+            engine = next((pid for pid in tree if is_engine_process(pid)), None)
+            if engine is not None and any(loaded_torch(pid) for pid in subtree(tree, engine) - {engine}):
+                break
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+            time.sleep(0.5)
+        everyone = set(tree)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=STOP_TIMEOUT_S) == 0, log.read_text(errors="replace")[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    text = log.read_text(errors="replace")
+    assert "SIGTERM before the engine was ready: stopping it" in text and "rtc-omni: engine=" not in text, text[-3000:]
+    assert_all_gone(everyone)
 
 
 class TestOneEngineForTwoWorkers:
@@ -151,8 +208,4 @@ class TestOneEngineForTwoWorkers:
         assert re.search(r"vLLM engine process \(pid \d+\) is unhealthy: .*Stage-1 has no live replica", log), (
             served.tail()
         )
-        # The workers, the engine process and its stage processes all stopped with it.
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while (left := {pid for pid in everyone if Path(f"/proc/{pid}").exists()}) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not left, [Path(f"/proc/{pid}/cmdline").read_text(errors="replace")[:200] for pid in left]
+        assert_all_gone(everyone)  # the workers, the engine process and its stage processes

@@ -166,20 +166,20 @@ class EngineProcess:
             return None
 
     def stop(self) -> None:
-        """SIGTERM, then after STOP_GRACE_S SIGKILL to its whole process group (its stage processes too)."""
+        """SIGTERM, up to STOP_GRACE_S to exit, then SIGKILL to what is left of its process group:
+        stage processes it left behind (it was killed while loading, say), or all of it after the grace."""
         if self.process.poll() is None:
             self.process.terminate()
             try:
                 self.process.wait(STOP_GRACE_S)
-                return
             except subprocess.TimeoutExpired:
                 logger.error(
                     "vLLM engine process (pid %d) did not stop within %g s; killing it", self.pid, STOP_GRACE_S
                 )
         try:
-            os.killpg(self.pid, signal.SIGKILL)  # its own session: stage processes it left behind go too
+            os.killpg(self.pid, signal.SIGKILL)  # its own session's group: only what it started
         except ProcessLookupError:
-            pass
+            pass  # nothing left
         self.process.wait()
 
 

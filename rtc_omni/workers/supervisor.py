@@ -102,31 +102,32 @@ def run_workers(settings: Settings, serve_worker: ServeWorker, on_listening: Cal
     token_key = secrets.token_bytes(32)
     processes: list[multiprocessing.process.BaseProcess] = []
     engine: EngineProcess | None = None
-    try:
-        if settings.engine == "vllm":  # one model for all the workers
-            with _stop_requests() as stopping:
+    # Signals are recorded from here on, so that a stop request never cuts the start or the cleanup short.
+    with _stop_requests() as stopping:
+        try:
+            if settings.engine == "vllm":  # one model for all the workers
                 engine = EngineProcess(settings, count)
                 url = engine.wait_ready(settings.engine_start_timeout, lambda: bool(stopping))
-            if url is None:
-                logger.info("%s before the engine was ready: stopping it", signal.Signals(stopping[0]).name)
-                return 0
-            settings = remote_settings(settings, url)
-        for index in range(count):
-            worker = Worker(index, count, socket_dir, token_key, slots.owned_by(index))
-            process = context.Process(
-                target=_worker_main,
-                args=(serve_worker, worker_settings(settings, index, count, port), worker, ready_writer),
-                name=f"rtc-omni-worker-{index}",
-            )
-            process.start()
-            processes.append(process)
-        return _supervise(processes, engine, ready_reader, slots, lambda: on_listening(port))
-    finally:
-        _stop(processes)
-        if engine is not None:
-            engine.stop()
-        shutil.rmtree(socket_dir, ignore_errors=True)
-        port_holder.close()
+                if url is None:
+                    logger.info("%s before the engine was ready: stopping it", signal.Signals(stopping[0]).name)
+                    return 0
+                settings = remote_settings(settings, url)
+            for index in range(count):
+                worker = Worker(index, count, socket_dir, token_key, slots.owned_by(index))
+                process = context.Process(
+                    target=_worker_main,
+                    args=(serve_worker, worker_settings(settings, index, count, port), worker, ready_writer),
+                    name=f"rtc-omni-worker-{index}",
+                )
+                process.start()
+                processes.append(process)
+            return _supervise(processes, engine, ready_reader, slots, stopping, lambda: on_listening(port))
+        finally:
+            _stop(processes)
+            if engine is not None:
+                engine.stop()
+            shutil.rmtree(socket_dir, ignore_errors=True)
+            port_holder.close()
 
 
 @contextmanager
@@ -150,34 +151,35 @@ def _supervise(
     engine: EngineProcess | None,
     ready: multiprocessing.connection.Connection,
     slots: SessionSlots,
+    stopping: list[int],
     on_all_ready: Callable[[], None],
 ) -> int:
+    """Watch the workers and the engine until a stop request lands in `stopping` (0), or one dies (non-zero)."""
     waiting_for = set(range(len(processes)))
     sentinels = {process.sentinel: index for index, process in enumerate(processes)}
-    with _stop_requests() as stopping:
-        while not stopping:
-            for event in multiprocessing.connection.wait([ready, *sentinels], timeout=POLL_S):
-                if event is ready:
-                    waiting_for.discard(ready.recv())
-                    if not waiting_for:
-                        on_all_ready()
-                    continue
-                index = sentinels[event]  # type: ignore[index]
-                process = processes[index]
-                process.join()
-                slots.clear(index)
-                logger.error(
-                    "worker %d (pid %s) %s; stopping the other workers (its sessions are lost)",
-                    index,
-                    process.pid,
-                    describe_exit(process.exitcode),
-                )
-                return process.exitcode if process.exitcode and process.exitcode > 0 else 1
-            if engine is not None and (failure := engine.failure()) is not None:
-                logger.error("%s; stopping the workers (every session ends)", failure)
-                return 1
-        logger.info("%s: stopping %d workers", signal.Signals(stopping[0]).name, len(processes))
-        return 0
+    while not stopping:
+        for event in multiprocessing.connection.wait([ready, *sentinels], timeout=POLL_S):
+            if event is ready:
+                waiting_for.discard(ready.recv())
+                if not waiting_for:
+                    on_all_ready()
+                continue
+            index = sentinels[event]  # type: ignore[index]
+            process = processes[index]
+            process.join()
+            slots.clear(index)
+            logger.error(
+                "worker %d (pid %s) %s; stopping the other workers (its sessions are lost)",
+                index,
+                process.pid,
+                describe_exit(process.exitcode),
+            )
+            return process.exitcode if process.exitcode and process.exitcode > 0 else 1
+        if engine is not None and (failure := engine.failure()) is not None:
+            logger.error("%s; stopping the workers (every session ends)", failure)
+            return 1
+    logger.info("%s: stopping %d workers", signal.Signals(stopping[0]).name, len(processes))
+    return 0
 
 
 def _stop(processes: list[multiprocessing.process.BaseProcess]) -> None:
