@@ -7,7 +7,8 @@ is `rtc-omni serve --engine vllm --workers 1` with the server's own settings (so
 --deploy-config, --stage-overrides and --engine-arg build the engine exactly as in a single process,
 CPU deploy settings included), listening on 127.0.0.1 only, on a port it picks itself and reports
 back on a pipe once the model is loaded. Each worker then runs the remote engine against
-`ws://127.0.0.1:PORT`, over vLLM-Omni's WebSocket protocol (docs/deployment.md, "Several workers").
+`ws://127.0.0.1:PORT`, over vLLM-Omni's WebSocket protocol (docs/deployment.md, "One model for all
+the workers").
 
 The settings go to the child as JSON on its stdin (not its command line, where `ps` would show any
 secret in them); the child runs in a session of its own, so the parent stops it after the workers.
@@ -58,8 +59,9 @@ def engine_settings(settings: Settings, workers: int) -> Settings:
 
     Every session reaches it from 127.0.0.1, so the per-client limits would count all of them as one
     client; twice --max-sessions leaves room for a session whose old socket is still closing while it
-    opens a new one (an interrupt does that), and each worker's two upstream pools keep a health-check
-    connection each. The workers already checked the clients' tokens; their ICE ports are theirs."""
+    opens a new one (an interrupt does that); each worker's two upstream pools keep a health-check
+    connection each, and the parent checks it too. The workers already checked the clients' tokens;
+    the ICE ports are theirs."""
     sessions = 2 * settings.max_sessions
     return settings.model_copy(
         update={
@@ -69,7 +71,7 @@ def engine_settings(settings: Settings, workers: int) -> Settings:
             "auth_token": None,
             "session_rate_limit": 0,
             "max_sessions": sessions,
-            "max_connections_per_client": sessions + 2 * workers,
+            "max_connections_per_client": sessions + 2 * workers + 1,
             "ice_port_min": None,
             "ice_port_max": None,
         }
