@@ -175,7 +175,7 @@ class Settings(BaseModel):
         "1",
         description="Worker processes sharing the HTTP port (SO_REUSEPORT), each owning the media of the sessions "
         "it answered; 'auto': one per CPU core. With --engine vllm the model runs once, in an engine process the "
-        "workers reach as the remote engine reaches an upstream (docs/deployment.md, \"Several workers\").",
+        'workers reach as the remote engine reaches an upstream (docs/deployment.md, "Several workers").',
     )
     engine_start_timeout: float = Field(
         900.0,
