@@ -41,9 +41,6 @@ STOP_GRACE_S = 60.0  # vLLM-Omni's stage processes take 15-20 s to stop on a bus
 HEALTH_INTERVAL_S = 5.0
 HEALTH_TIMEOUT_S = 2.0
 POLL_S = 0.5
-# Variables the engine process must not inherit: the workers' shared metrics folder (its sessions are
-# the workers' sessions, counted there already).
-PRIVATE_TO_WORKERS = ("PROMETHEUS_MULTIPROC_DIR",)
 
 
 # Straight to 127.0.0.1, whatever http_proxy says.
@@ -88,13 +85,11 @@ class EngineProcess:
 
     def __init__(self, settings: Settings, workers: int) -> None:
         ready_reader, ready_writer = os.pipe()
-        environment = {k: v for k, v in os.environ.items() if k not in PRIVATE_TO_WORKERS}
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", ENTRY, str(ready_writer)],
                 stdin=subprocess.PIPE,
                 pass_fds=(ready_writer,),
-                env=environment,
                 start_new_session=True,  # Ctrl-C reaches the workers; the parent stops this after them
             )
         finally:
