@@ -195,8 +195,11 @@ class TestOneEngineForTwoWorkers:
         everyone = set(process_tree(served.process.pid))
         fatal = {"sampling_params_list": [{"max_tokens": 4}, {"max_tokens": 8, "repetition_penalty": 1.0}]}
         client = await understand_client(served, fatal)
+        mark = len(client.events)
         try:
             first = await client.ask("Hello?", timeout=TURN_TIMEOUT_S)
+        except TimeoutError as exc:
+            pytest.fail(f"{exc}; the client heard {client.events[mark:]}\n{served.tail()}")
         finally:
             await client.close()
         error = next(e for e in first.events if e["type"] == "error")

@@ -13,7 +13,8 @@ SIGTERM/SIGINT are passed on to the workers, which close their sessions as a sin
 With --engine vllm the model is loaded once, in an engine process the parent starts before the
 workers and stops after them; the workers reach it as a remote engine reaches an upstream
 (engine_process.py). When it exits, or says it is unhealthy, the parent does the same as for a
-dead worker: it stops the workers and exits non-zero.
+dead worker, 5 s later (so that the turns in flight can say why they failed): it stops the workers
+and exits non-zero.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ logger = logging.getLogger(__name__)
 ServeWorker = Callable[[Settings, Worker, Callable[[int], None]], int]
 STOP_GRACE_S = 15.0  # a worker's own shutdown takes up to app.SHUTDOWN_TIMEOUT_S (10 s)
 POLL_S = 0.5
+# After the engine failed, before the workers stop: time for the turns in flight to fail with the
+# engine's reason, which their clients would not hear from a worker that is shutting down.
+ENGINE_FAILURE_GRACE_S = 5.0
 
 
 def bind_shared_port(host: str, port: int) -> socket.socket:
@@ -176,10 +180,18 @@ def _supervise(
             )
             return process.exitcode if process.exitcode and process.exitcode > 0 else 1
         if engine is not None and (failure := engine.failure()) is not None:
-            logger.error("%s; stopping the workers (every session ends)", failure)
+            logger.error("%s; stopping the workers in %g s (every session ends)", failure, ENGINE_FAILURE_GRACE_S)
+            _pause(ENGINE_FAILURE_GRACE_S, stopping)
             return 1
     logger.info("%s: stopping %d workers", signal.Signals(stopping[0]).name, len(processes))
     return 0
+
+
+def _pause(seconds: float, stopping: list[int]) -> None:
+    """Sleep for `seconds`, or until a stop request lands in `stopping`."""
+    deadline = time.monotonic() + seconds
+    while not stopping and (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, POLL_S))
 
 
 def _stop(processes: list[multiprocessing.process.BaseProcess]) -> None:
