@@ -203,7 +203,8 @@ class TestOneEngineForTwoWorkers:
         finally:
             await client.close()
         error = next(e for e in first.events if e["type"] == "error")
-        print(f"\n[vllm-cpu] the failed turn's error: {error}")
+        heard_after = client.event_times[client.events.index(error)] - first.sent_at
+        print(f"\n[vllm-cpu] the failed turn's error, {heard_after:.2f} s after the query: {error}")
         assert first.errors == ["Query processing failed"], (first.errors, served.tail())
         assert error["detail"].startswith("upstream: Query processing failed: "), error  # with the engine's reason
         assert served.process.wait(timeout=STOP_TIMEOUT_S) == 1, served.tail()
