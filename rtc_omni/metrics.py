@@ -128,8 +128,14 @@ def watch_sessions(registry: Any) -> None:
     SESSION_GAUGES.sources.add(registry)
 
 
-async def get_metrics(request: web.Request) -> web.Response:
-    response = web.Response(body=generate_latest(REGISTRY))
+def prometheus_text(body: bytes) -> web.Response:
+    """`body` (Prometheus text exposition) as the answer to a scrape."""
+    response = web.Response(body=body)
     response.content_type = CONTENT_TYPE_LATEST.split(";")[0]
     response.charset = "utf-8"
     return response
+
+
+async def get_metrics(request: web.Request) -> web.Response:
+    """This process's figures (with --workers, a sibling's share of a scrape: workers/scrape.py)."""
+    return prometheus_text(generate_latest(REGISTRY))

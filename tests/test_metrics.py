@@ -3,23 +3,43 @@
 from __future__ import annotations
 
 import asyncio
+import tempfile
+from pathlib import Path
 
 import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import ClientFactory, RunningServer, ServerFactory
+from rtc_omni.app import create_app
+from rtc_omni.config import Settings
+from rtc_omni.engines import create_engines
+from rtc_omni.metrics import REGISTRY
+from rtc_omni.workers import SessionSlots, Worker
+from rtc_omni.workers import scrape as whole_server
+from rtc_omni.workers.scrape import exposition, merge
+
+from .conftest import FAST_SETTINGS, ClientFactory, RunningServer, ServerFactory
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-async def scrape(server: RunningServer) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    async with aiohttp.ClientSession() as http:
-        async with http.get(server.url + "/metrics") as response:
-            assert response.status == 200 and response.content_type == "text/plain"
-            text = await response.text()
+def parsed(text: str | bytes) -> Samples:
+    """Prometheus text as {(sample name, sorted labels): value}."""
+    text = text.decode() if isinstance(text, bytes) else text
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
+
+
+async def scrape(server: RunningServer) -> Samples:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(server.url + "/metrics") as response:
+            assert response.status == 200 and response.content_type == "text/plain"
+            return parsed(await response.text())
 
 
 def value(samples: dict, name: str, **labels: str) -> float:
@@ -80,3 +100,103 @@ async def test_task_memory_and_fd_gauges_return_after_a_session_ends(
     assert value(after, "rtc_omni_asyncio_tasks") <= value(before, "rtc_omni_asyncio_tasks")
     assert value(after, "process_resident_memory_bytes") > 0
     assert value(after, "process_open_fds") > 0
+
+
+# --workers N: the worker that takes a scrape merges every worker's figures (rtc_omni/workers/scrape.py).
+
+WORKER_0 = """\
+# HELP rtc_omni_turns_total Turns.
+# TYPE rtc_omni_turns_total counter
+rtc_omni_turns_total{outcome="completed"} 2.0
+# HELP rtc_omni_turns_created Turns.
+# TYPE rtc_omni_turns_created gauge
+rtc_omni_turns_created{outcome="completed"} 200.0
+# HELP rtc_omni_ttft_seconds Time to first text.
+# TYPE rtc_omni_ttft_seconds histogram
+rtc_omni_ttft_seconds_bucket{le="0.5"} 1.0
+rtc_omni_ttft_seconds_bucket{le="+Inf"} 2.0
+rtc_omni_ttft_seconds_count 2.0
+rtc_omni_ttft_seconds_sum 1.5
+# HELP rtc_omni_sessions Sessions.
+# TYPE rtc_omni_sessions gauge
+rtc_omni_sessions{kind="understand",state="active"} 1.0
+# HELP process_resident_memory_bytes Memory.
+# TYPE process_resident_memory_bytes gauge
+process_resident_memory_bytes 1000.0
+"""
+WORKER_1 = """\
+# HELP rtc_omni_turns_total Turns.
+# TYPE rtc_omni_turns_total counter
+rtc_omni_turns_total{outcome="completed"} 3.0
+rtc_omni_turns_total{outcome="failed"} 1.0
+# HELP rtc_omni_turns_created Turns.
+# TYPE rtc_omni_turns_created gauge
+rtc_omni_turns_created{outcome="completed"} 100.0
+rtc_omni_turns_created{outcome="failed"} 300.0
+# HELP rtc_omni_ttft_seconds Time to first text.
+# TYPE rtc_omni_ttft_seconds histogram
+rtc_omni_ttft_seconds_bucket{le="0.5"} 0.0
+rtc_omni_ttft_seconds_bucket{le="+Inf"} 1.0
+rtc_omni_ttft_seconds_count 1.0
+rtc_omni_ttft_seconds_sum 0.75
+# HELP rtc_omni_sessions Sessions.
+# TYPE rtc_omni_sessions gauge
+rtc_omni_sessions{kind="understand",state="active"} 2.0
+rtc_omni_sessions{kind="generate",state="active"} 1.0
+# HELP process_resident_memory_bytes Memory.
+# TYPE process_resident_memory_bytes gauge
+process_resident_memory_bytes 2000.0
+"""
+
+
+def test_workers_figures_merge_into_the_servers() -> None:
+    shares = {index: list(text_string_to_metric_families(text)) for index, text in enumerate((WORKER_0, WORKER_1))}
+    merged = parsed(exposition(merge(shares)))
+
+    assert merged == {
+        ("rtc_omni_turns_total", (("outcome", "completed"),)): 5.0,
+        ("rtc_omni_turns_total", (("outcome", "failed"),)): 1.0,
+        ("rtc_omni_turns_created", (("outcome", "completed"),)): 100.0,  # the earliest start
+        ("rtc_omni_turns_created", (("outcome", "failed"),)): 300.0,
+        ("rtc_omni_ttft_seconds_bucket", (("le", "0.5"),)): 1.0,
+        ("rtc_omni_ttft_seconds_bucket", (("le", "+Inf"),)): 3.0,
+        ("rtc_omni_ttft_seconds_count", ()): 3.0,
+        ("rtc_omni_ttft_seconds_sum", ()): 2.25,
+        ("rtc_omni_sessions", (("kind", "understand"), ("state", "active"))): 3.0,
+        ("rtc_omni_sessions", (("kind", "generate"), ("state", "active"))): 1.0,
+        ("process_resident_memory_bytes", (("worker", "0"),)): 1000.0,  # one process's figure: kept apart
+        ("process_resident_memory_bytes", (("worker", "1"),)): 2000.0,
+    }
+
+
+def test_one_workers_figures_come_back_as_it_wrote_them() -> None:
+    """Types, help texts, `_created` lines and values survive the parser and the merge unchanged."""
+    text = generate_latest(REGISTRY).decode()
+    merged = exposition(merge({0: list(text_string_to_metric_families(text))})).decode()
+    assert merged.replace('{worker="0"}', "") == text
+
+
+async def test_a_worker_that_does_not_answer_is_reported_and_left_out(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Worker 0 of two, whose sibling's socket accepts a scrape and never answers (a stuck worker)."""
+    monkeypatch.setattr(whole_server, "SCRAPE_TIMEOUT_S", 0.2)
+    socket_dir = Path(tempfile.mkdtemp(dir=tmp_path))
+    stuck = await asyncio.start_unix_server(lambda reader, writer: None, path=str(socket_dir / "worker-1.sock"))
+    settings = Settings(**{**FAST_SETTINGS, "auth_token": "s3cret"})
+    worker = Worker(0, 2, socket_dir, b"k" * 32, SessionSlots(2))
+    server = TestServer(create_app(settings, await create_engines(settings), worker), host="127.0.0.1", port=0)
+    await server.start_server()
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{server.make_url('/metrics')}") as response:
+                assert response.status == 401  # refused before any sibling is asked
+            async with http.get(f"{server.make_url('/metrics')}?access_token=s3cret") as response:
+                assert response.status == 200
+                samples = parsed(await response.text())
+    finally:
+        await server.close()
+        stuck.close()
+    assert samples[("rtc_omni_workers_missing", ())] == 1
+    assert samples[("process_resident_memory_bytes", (("worker", "0"),))] > 0
+    assert ("process_resident_memory_bytes", (("worker", "1"),)) not in samples

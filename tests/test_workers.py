@@ -1,7 +1,8 @@
 """`rtc-omni serve --workers N`: workers share the port, and every session's routes reach the worker
 that owns it, whichever worker the kernel hands the connection to; one --max-sessions across them;
-a dead worker stops the server with a log line naming it. The engine process of `--engine vllm
---workers N` (here serving the synthetic engine; tests/test_vllm_cpu_workers.py runs the real one)."""
+a scrape of /metrics on any worker counts them all; a dead worker stops the server with a log line
+naming it. The engine process of `--engine vllm --workers N` (here serving the synthetic engine;
+tests/test_vllm_cpu_workers.py runs the real one)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from rtc_omni.config import SettingsError, load_settings
 from rtc_omni.workers.engine_process import EngineProcess, EngineStartError, engine_settings, remote_settings
 from rtc_omni.workers.supervisor import worker_settings
 
+from .test_metrics import Samples, parsed
 from .test_whep import WhepPlayer, viewing
 
 BANNER = re.compile(r"on (http://127\.0\.0\.1:\d+) \(2 workers\)")
@@ -89,11 +91,11 @@ def owner(session_id: str) -> str:
     return session_id.split(".", 1)[0]
 
 
-async def open_sessions_on_both_workers(url: str) -> AsyncIterator[UnderstandClient]:
+async def open_sessions_on_both_workers(url: str, token: str | None = None) -> AsyncIterator[UnderstandClient]:
     """Control-only clients (no media to encode), until both w0 and w1 own at least one."""
     owners: set[str] = set()
     for _ in range(MAX_CLIENTS):
-        client = UnderstandClient(url, video=None, audio=None)
+        client = UnderstandClient(url, video=None, audio=None, token=token)
         await client.connect()
         assert client.session_id is not None
         owners.add(owner(client.session_id))
@@ -170,6 +172,44 @@ async def test_an_ephemeral_key_opens_one_session_whichever_worker_minted_it(ser
     for number, key in enumerate(keys):  # each on a new connection: usually another worker than the minter
         assert await open_realtime(served.url, key) == f"session.created: Key {number}."
         assert await open_realtime(served.url, key) == 401
+
+
+async def scrape(url: str, token: str) -> Samples:
+    """GET /metrics on a new connection (either worker may take it)."""
+    headers = {"Authorization": f"Bearer {token}"}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
+        async with http.get(f"{url}/metrics", headers=headers) as response:
+            assert response.status == 200
+            return parsed(await response.text())
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of `name`'s samples that carry `labels`."""
+    wanted = set(labels.items())
+    return sum(value for (sample, carried), value in samples.items() if sample == name and wanted <= set(carried))
+
+
+@pytest.mark.media
+async def test_metrics_scraped_on_any_worker_count_every_workers_sessions(tmp_path: Path) -> None:
+    server = start_workers(tmp_path, "--auth-token", "s3cret")
+    clients: list[UnderstandClient] = []
+    try:
+        async for client in open_sessions_on_both_workers(server.url, "s3cret"):
+            clients.append(client)
+            client.send("{broken")  # an error event, counted by the worker that owns the session
+            await client.wait_event("error")
+        for _ in range(ROUNDS):
+            samples = await scrape(server.url, "s3cret")
+            assert total(samples, "rtc_omni_sessions", kind="understand") == len(clients)
+            assert total(samples, "rtc_omni_errors_total", kind="understand") == len(clients)
+            workers = {dict(labels)["worker"] for name, labels in samples if name == "process_resident_memory_bytes"}
+            assert workers == {"0", "1"}
+            assert samples[("rtc_omni_workers_missing", ())] == 0
+        assert [await call("GET", f"{server.url}/metrics", None) for _ in range(ROUNDS)] == [401] * ROUNDS
+    finally:
+        await asyncio.gather(*(client.close() for client in clients))
+        server.process.kill()
+        server.process.wait()
 
 
 @pytest.mark.media

@@ -23,6 +23,7 @@ from multidict import CIMultiDict
 
 from ..signaling.client_secrets import KEY_PREFIX, EphemeralKeys, Grant
 from .identity import Worker
+from .scrape import METRICS_PATH, WholeServerScrape
 
 logger = logging.getLogger(__name__)
 
@@ -87,16 +88,20 @@ class OwnerRouting:
     Ephemeral keys (client_secrets.py) are owned the same way: a key names the worker that minted
     it, and a worker opening a realtime session with another's key has that worker redeem it (once).
     The session then lives where its request landed; a WebSocket is never forwarded.
+    A scrape of /metrics is the whole server's: every worker's figures, merged (scrape.py).
     """
 
     def __init__(self, worker: Worker, keys: EphemeralKeys) -> None:
         self.worker = worker
         self.keys = keys
         self._clients: dict[int, aiohttp.ClientSession] = {}
+        self._scrape = WholeServerScrape(worker, self._client)
 
     def middleware(self) -> Middleware:
         @web.middleware
         async def route_to_owner(request: web.Request, handler: Handler) -> web.StreamResponse:
+            if request.path == METRICS_PATH and request.method in ("GET", "HEAD") and not _came_from_sibling(request):
+                return await self._scrape(request)
             session_id = await _addressed_session(request)
             owner = None if session_id is None else self.worker.owner_of(session_id)
             if owner is None or owner == self.worker.index:
