@@ -59,17 +59,21 @@ def _serve(args: argparse.Namespace) -> int:
         )
 
     if workers == 1:
-        return _serve_process(settings, None, listening)
+        return serve_process(settings, None, listening)
+    from .workers.engine_process import EngineStartError
     from .workers.supervisor import run_workers
 
     try:
-        return run_workers(settings, _serve_process, listening)
+        return run_workers(settings, serve_process, listening)
     except OSError as exc:
         print(f"rtc-omni: {_listen_error(exc, settings.host, settings.port)}", file=sys.stderr)
         return 2
+    except EngineStartError as exc:
+        print(f"rtc-omni: {exc}", file=sys.stderr)
+        return 2
 
 
-def _serve_process(settings: Settings, worker: Worker | None, on_listening: Callable[[int], None]) -> int:
+def serve_process(settings: Settings, worker: Worker | None, on_listening: Callable[[int], None]) -> int:
     """Run one server process (the only one, or one of --workers) until it is told to stop."""
     from .app import create_app, serve
 

@@ -174,7 +174,14 @@ class Settings(BaseModel):
     workers: str = Field(
         "1",
         description="Worker processes sharing the HTTP port (SO_REUSEPORT), each owning the media of the sessions "
-        "it answered; 'auto': one per CPU core (docs/deployment.md, \"Several workers\").",
+        "it answered; 'auto': one per CPU core. With --engine vllm the model runs once, in an engine process the "
+        'workers reach as the remote engine reaches an upstream (docs/deployment.md, "Several workers").',
+    )
+    engine_start_timeout: float = Field(
+        900.0,
+        gt=0,
+        description="--engine vllm with --workers > 1: seconds the engine process may take to load the model "
+        "and listen before the server gives up.",
     )
     max_connections_per_client: int = Field(
         64,
@@ -273,11 +280,6 @@ class Settings(BaseModel):
     @model_validator(mode="after")
     def _check_workers(self) -> Settings:
         count = self.worker_count
-        if count > 1 and self.engine == "vllm":
-            raise ValueError(
-                "--workers > 1 cannot share one in-process vLLM engine: run one `--engine vllm --workers 1` server "
-                "and put `--engine remote --upstream ws://HOST:PORT --workers N` in front of it (docs/deployment.md)"
-            )
         ports = self.ice_ports
         if ports is not None and len(ports) < count:
             raise ValueError(

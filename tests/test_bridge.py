@@ -22,6 +22,7 @@ from rtc_omni.client.peer import GenerateClient
 from rtc_omni.config import Settings
 from rtc_omni.engines import (
     AudioChunk,
+    EngineError,
     RemoteUnderstandEngine,
     SyntheticEngine,
     TextDelta,
@@ -173,6 +174,28 @@ async def test_a_backend_dying_mid_turn_gives_an_error_and_the_next_turn_fails_o
     result = await client.ask("two")
     assert not result.errors and "mostly red" in result.text
     assert (first_engine.turns, second_engine.turns) == (1, 1)
+
+
+class BrokenEngine(SyntheticEngine):
+    """A model whose every turn fails, with a reason (as a vLLM-Omni stage that died)."""
+
+    async def generate(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:
+        raise EngineError("The model's engine is down (Stage-1 has no live replica)")
+        yield  # pragma: no cover - makes this an async generator
+
+
+async def test_a_turn_failed_upstream_reaches_the_client_with_the_upstreams_reason(
+    make_server: ServerFactory, make_client: ClientFactory
+) -> None:
+    front = await gateway(make_server, await make_server(engine=BrokenEngine()))
+    client = await make_client(front, colour="red", tone=None, config={"modalities": ["text"]})
+    await client.wait_event(where=_accepted)
+    result = await client.ask("anyone there?")
+    error = next(e for e in result.events if e["type"] == "error")
+    assert result.errors == ["Query processing failed"]
+    assert error["detail"] == (
+        "upstream: Query processing failed: The model's engine is down (Stage-1 has no live replica)"
+    )
 
 
 def test_upstreams_are_chosen_by_load_and_health() -> None:

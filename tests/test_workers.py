@@ -1,11 +1,14 @@
 """`rtc-omni serve --workers N`: workers share the port, and every session's routes reach the worker
 that owns it, whichever worker the kernel hands the connection to; one --max-sessions across them;
 a scrape of /metrics on any worker counts them all; a dead worker stops the server with a log line
-naming it."""
+naming it. The engine process of `--engine vllm --workers N` (here serving the synthetic engine;
+tests/test_vllm_cpu_workers.py runs the real one)."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import json
 import os
 import re
 import select
@@ -13,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -21,6 +25,7 @@ import pytest
 
 from rtc_omni.client.peer import SignalingError, UnderstandClient
 from rtc_omni.config import SettingsError, load_settings
+from rtc_omni.workers.engine_process import EngineProcess, EngineStartError, engine_settings, remote_settings
 from rtc_omni.workers.supervisor import worker_settings
 
 from .test_metrics import Samples, parsed
@@ -256,7 +261,6 @@ def test_workers_split_the_ice_port_range() -> None:
             {"RTC_OMNI_WORKERS": "4", "RTC_OMNI_ICE_PORT_MIN": "50000", "RTC_OMNI_ICE_PORT_MAX": "50002"},
             "3 ports, fewer than the 4 workers",
         ),
-        ({"RTC_OMNI_WORKERS": "2", "RTC_OMNI_ENGINE": "vllm"}, "--engine remote --upstream"),
         ({"RTC_OMNI_WORKERS": "0"}, "--workers (RTC_OMNI_WORKERS): must be 'auto' or a number"),
         ({"RTC_OMNI_WORKERS": "many"}, "must be 'auto' or a number of worker processes"),
     ],
@@ -268,3 +272,68 @@ def test_unusable_worker_settings_are_refused_with_the_reason(environ: dict[str,
 
 def test_auto_means_one_worker_per_core() -> None:
     assert load_settings(environ={"RTC_OMNI_WORKERS": "auto"}).worker_count == len(os.sched_getaffinity(0))
+
+
+def test_vllm_with_several_workers_gives_the_workers_the_engine_process_as_their_upstream() -> None:
+    settings = load_settings(environ={"RTC_OMNI_ENGINE": "vllm", "RTC_OMNI_WORKERS": "2", "RTC_OMNI_MODEL": "m"})
+    worker = remote_settings(settings, "ws://127.0.0.1:4321")
+    assert (worker.engine, worker.upstream, worker.model) == ("remote", ["ws://127.0.0.1:4321"], "m")
+    engine = engine_settings(settings.model_copy(update={"auth_token": "secret"}), 2)
+    # Every session reaches the engine from 127.0.0.1: no per-client limit may count them as one client.
+    assert (engine.engine, engine.model, engine.worker_count) == ("vllm", "m", 1)
+    assert (engine.host, engine.port) == ("127.0.0.1", 0)
+    assert engine.session_rate_limit == 0 and engine.auth_token is None
+    assert engine.max_connections_per_client > engine.max_sessions >= settings.max_sessions
+
+
+def synthetic_engine_process() -> EngineProcess:
+    """The engine process, serving the synthetic engine: its start, readiness and watch are the subject."""
+    return EngineProcess(load_settings(environ={}), workers=2)
+
+
+@pytest.mark.media
+def test_the_engine_process_serves_on_loopback_once_ready_and_its_death_is_noticed() -> None:
+    engine = synthetic_engine_process()
+    try:
+        url = engine.wait_ready(60, lambda: False)
+        assert url is not None and re.fullmatch(r"ws://127\.0\.0\.1:\d+", url)
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with direct.open(url.replace("ws://", "http://") + "/health", timeout=10) as health:
+            assert json.load(health)["status"] == "ok"
+        assert engine.failure() is None
+        os.kill(engine.pid, signal.SIGKILL)
+        engine.process.wait(timeout=10)
+        assert engine.failure() == f"vLLM engine process (pid {engine.pid}) was killed by SIGKILL"
+    finally:
+        engine.stop()
+
+
+@pytest.mark.media
+def test_an_engine_process_not_ready_in_time_is_a_clear_error_and_is_stopped() -> None:
+    engine = synthetic_engine_process()
+    try:
+        # Its imports alone take longer than this.
+        with pytest.raises(EngineStartError, match=r"not ready within --engine-start-timeout \(0\.05 s\)"):
+            engine.wait_ready(0.05, lambda: False)
+    finally:
+        engine.stop()
+    assert engine.process.returncode is not None
+
+
+def test_an_engine_process_that_exits_before_it_is_ready_is_a_clear_error() -> None:
+    if importlib.util.find_spec("vllm_omni") is not None:
+        pytest.skip("vLLM-Omni is installed here: the engine would load")
+    engine = EngineProcess(load_settings(environ={"RTC_OMNI_ENGINE": "vllm", "RTC_OMNI_WORKERS": "2"}), workers=2)
+    try:
+        with pytest.raises(EngineStartError, match=r"exited with status 2 before it was ready"):
+            engine.wait_ready(60, lambda: False)
+    finally:
+        engine.stop()
+
+
+def test_a_stop_request_while_the_engine_loads_stops_waiting() -> None:
+    engine = synthetic_engine_process()
+    try:
+        assert engine.wait_ready(60, lambda: True) is None
+    finally:
+        engine.stop()

@@ -52,12 +52,21 @@ MEDIA_ERRORS = (
 LOST_BY_FAILURE = "The model server failed; a new one answers, without the earlier turns"
 LOST_BY_INTERRUPT = "The interrupt restarted the model's session; it no longer knows the earlier turns"
 CLOSED_MID_REQUEST = "the upstream closed the connection mid-request"
+MAX_DETAIL_CHARS = 1000  # of an upstream's error, passed on to the client
 _CLOSED: dict[str, Any] = {"type": "_closed"}  # the reader's last word to a waiting turn
 
 
 def too_big_message(max_bytes: int) -> str:
     """Why a request failed when its upstream sent more than the socket's size cap."""
     return f"the upstream sent a message over {max_bytes} bytes"
+
+
+def upstream_error(event: dict[str, Any]) -> str:
+    """What an upstream's `error` event says: its message, and its detail when it gives one (rtc-omni's
+    does: why a turn failed, e.g. that the model's engine is down), cut to MAX_DETAIL_CHARS."""
+    detail = event.get("detail")
+    said = f"{event.get('message')}: {detail}" if isinstance(detail, str) and detail else f"{event.get('message')}"
+    return f"upstream: {said[:MAX_DETAIL_CHARS]}"
 
 
 def _b64(data: bytes) -> str:
@@ -305,7 +314,7 @@ class UpstreamSession:
                 connection = self._connection
                 raise EngineError(connection.failure if connection is not None else CLOSED_MID_REQUEST)
             if kind == "error":
-                raise EngineError(f"upstream: {event.get('message')}")
+                raise EngineError(upstream_error(event))
             if kind == "response.start":
                 started = True
             if not started:

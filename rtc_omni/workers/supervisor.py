@@ -9,11 +9,16 @@ A worker that dies takes its sessions' media with it; the parent does not restar
 logs which one died and how, stops the others and exits non-zero, so that the service manager
 (systemd, Kubernetes) restarts the whole server and the clients see their sessions end.
 SIGTERM/SIGINT are passed on to the workers, which close their sessions as a single server does.
+
+With --engine vllm the model is loaded once, in an engine process the parent starts before the
+workers and stops after them; the workers reach it as a remote engine reaches an upstream
+(engine_process.py). When it exits, or says it is unhealthy, the parent does the same as for a
+dead worker, 5 s later (so that the turns in flight can say why they failed): it stops the workers
+and exits non-zero.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -25,12 +30,15 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
 from ..config import Settings
+from .engine_process import EngineProcess, remote_settings
 from .identity import Worker
+from .processes import describe_exit, die_with_parent
 from .slots import SessionSlots
 
 logger = logging.getLogger(__name__)
@@ -39,7 +47,9 @@ logger = logging.getLogger(__name__)
 ServeWorker = Callable[[Settings, Worker, Callable[[int], None]], int]
 STOP_GRACE_S = 15.0  # a worker's own shutdown takes up to app.SHUTDOWN_TIMEOUT_S (10 s)
 POLL_S = 0.5
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# After the engine failed, before the workers stop: time for the turns in flight to fail with the
+# engine's reason, which their clients would not hear from a worker that is shutting down.
+ENGINE_FAILURE_GRACE_S = 5.0
 
 
 def bind_shared_port(host: str, port: int) -> socket.socket:
@@ -76,21 +86,16 @@ def _worker_main(
 ) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):  # the parent's handlers are not this process's
         signal.signal(signum, signal.SIG_DFL)
-    if sys.platform == "linux":  # a parent killed outright (SIGKILL) takes its workers with it
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    die_with_parent()  # a parent killed outright (SIGKILL) takes its workers with it
     sys.exit(serve_worker(settings, worker, lambda _port: ready.send(worker.index)))
 
 
-def _describe_exit(code: int | None) -> str:
-    if code is not None and code < 0:
-        return f"was killed by {signal.Signals(-code).name}"
-    return f"exited with status {code}"
-
-
 def run_workers(settings: Settings, serve_worker: ServeWorker, on_listening: Callable[[int], None]) -> int:
-    """Serve with `settings.worker_count` workers until SIGTERM/SIGINT (0) or a worker's death (non-zero).
+    """Serve with `settings.worker_count` workers until SIGTERM/SIGINT (0), or until a worker or the
+    engine process dies (non-zero). With --engine vllm the engine process starts, and loads its model,
+    before the workers are forked (engine_process.py).
 
-    Raises OSError when the port cannot be bound."""
+    Raises OSError when the port cannot be bound, EngineStartError when the engine does not start."""
     count = settings.worker_count
     port_holder = bind_shared_port(settings.host, settings.port)
     port = port_holder.getsockname()[1]
@@ -100,61 +105,93 @@ def run_workers(settings: Settings, serve_worker: ServeWorker, on_listening: Cal
     slots = SessionSlots(count)
     token_key = secrets.token_bytes(32)
     processes: list[multiprocessing.process.BaseProcess] = []
-    try:
-        for index in range(count):
-            worker = Worker(index, count, socket_dir, token_key, slots.owned_by(index))
-            process = context.Process(
-                target=_worker_main,
-                args=(serve_worker, worker_settings(settings, index, count, port), worker, ready_writer),
-                name=f"rtc-omni-worker-{index}",
-            )
-            process.start()
-            processes.append(process)
-        return _supervise(processes, ready_reader, slots, lambda: on_listening(port))
-    finally:
-        _stop(processes)
-        shutil.rmtree(socket_dir, ignore_errors=True)
-        port_holder.close()
+    engine: EngineProcess | None = None
+    # Signals are recorded from here on, so that a stop request never cuts the start or the cleanup short.
+    with _stop_requests() as stopping:
+        try:
+            if settings.engine == "vllm":  # one model for all the workers
+                engine = EngineProcess(settings, count)
+                url = engine.wait_ready(settings.engine_start_timeout, lambda: bool(stopping))
+                if url is None:
+                    logger.info("%s before the engine was ready: stopping it", signal.Signals(stopping[0]).name)
+                    return 0
+                settings = remote_settings(settings, url)
+            for index in range(count):
+                worker = Worker(index, count, socket_dir, token_key, slots.owned_by(index))
+                process = context.Process(
+                    target=_worker_main,
+                    args=(serve_worker, worker_settings(settings, index, count, port), worker, ready_writer),
+                    name=f"rtc-omni-worker-{index}",
+                )
+                process.start()
+                processes.append(process)
+            return _supervise(processes, engine, ready_reader, slots, stopping, lambda: on_listening(port))
+        finally:
+            _stop(processes)
+            if engine is not None:
+                engine.stop()
+            shutil.rmtree(socket_dir, ignore_errors=True)
+            port_holder.close()
 
 
-def _supervise(
-    processes: list[multiprocessing.process.BaseProcess],
-    ready: multiprocessing.connection.Connection,
-    slots: SessionSlots,
-    on_all_ready: Callable[[], None],
-) -> int:
+@contextmanager
+def _stop_requests() -> Iterator[list[int]]:
+    """Within the block SIGINT and SIGTERM are recorded in the list, not acted on."""
     stopping: list[int] = []
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         stopping.append(signum)
 
     previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
-    waiting_for = set(range(len(processes)))
-    sentinels = {process.sentinel: index for index, process in enumerate(processes)}
     try:
-        while not stopping:
-            for event in multiprocessing.connection.wait([ready, *sentinels], timeout=POLL_S):
-                if event is ready:
-                    waiting_for.discard(ready.recv())
-                    if not waiting_for:
-                        on_all_ready()
-                    continue
-                index = sentinels[event]  # type: ignore[index]
-                process = processes[index]
-                process.join()
-                slots.clear(index)
-                logger.error(
-                    "worker %d (pid %s) %s; stopping the other workers (its sessions are lost)",
-                    index,
-                    process.pid,
-                    _describe_exit(process.exitcode),
-                )
-                return process.exitcode if process.exitcode and process.exitcode > 0 else 1
-        logger.info("%s: stopping %d workers", signal.Signals(stopping[0]).name, len(processes))
-        return 0
+        yield stopping
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _supervise(
+    processes: list[multiprocessing.process.BaseProcess],
+    engine: EngineProcess | None,
+    ready: multiprocessing.connection.Connection,
+    slots: SessionSlots,
+    stopping: list[int],
+    on_all_ready: Callable[[], None],
+) -> int:
+    """Watch the workers and the engine until a stop request lands in `stopping` (0), or one dies (non-zero)."""
+    waiting_for = set(range(len(processes)))
+    sentinels = {process.sentinel: index for index, process in enumerate(processes)}
+    while not stopping:
+        for event in multiprocessing.connection.wait([ready, *sentinels], timeout=POLL_S):
+            if event is ready:
+                waiting_for.discard(ready.recv())
+                if not waiting_for:
+                    on_all_ready()
+                continue
+            index = sentinels[event]  # type: ignore[index]
+            process = processes[index]
+            process.join()
+            slots.clear(index)
+            logger.error(
+                "worker %d (pid %s) %s; stopping the other workers (its sessions are lost)",
+                index,
+                process.pid,
+                describe_exit(process.exitcode),
+            )
+            return process.exitcode if process.exitcode and process.exitcode > 0 else 1
+        if engine is not None and (failure := engine.failure()) is not None:
+            logger.error("%s; stopping the workers in %g s (every session ends)", failure, ENGINE_FAILURE_GRACE_S)
+            _pause(ENGINE_FAILURE_GRACE_S, stopping)
+            return 1
+    logger.info("%s: stopping %d workers", signal.Signals(stopping[0]).name, len(processes))
+    return 0
+
+
+def _pause(seconds: float, stopping: list[int]) -> None:
+    """Sleep for `seconds`, or until a stop request lands in `stopping`."""
+    deadline = time.monotonic() + seconds
+    while not stopping and (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, POLL_S))
 
 
 def _stop(processes: list[multiprocessing.process.BaseProcess]) -> None:

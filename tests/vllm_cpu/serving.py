@@ -139,7 +139,7 @@ def serve(python: str, model: Path, *options: str) -> Iterator[Served]:
             lines = log.read_text(errors="replace").splitlines()
             line = next((x for x in lines if "rtc-omni: engine=" in x), "")
             if line:
-                served.url = line.split(" on ")[-1].strip()
+                served.url = line.split(" on ")[-1].split()[0]  # past it, " (2 workers)" with --workers 2
             elif process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"rtc-omni serve --engine vllm did not start:\n{served.tail()}")
             else:
