@@ -83,6 +83,21 @@ async def test_flush_silences_the_talker_within_one_packet() -> None:
     talker.stop()
 
 
+async def test_flush_sends_the_first_silent_packet_ahead_of_its_slot() -> None:
+    talker = TalkerAudioTrack()
+    await talker.write(tone(2.0))
+    await talker.recv()
+    loop = asyncio.get_running_loop()
+    slot = loop.time() + 0.06  # the next 60 ms packet's time
+    waiting = asyncio.ensure_future(talker.recv())
+    await asyncio.sleep(0)  # recv() now waits for the slot
+    talker.flush()
+    packet = await waiting
+    assert loop.time() < slot - 0.02, "the silent packet waited for its slot"
+    assert np.abs(decode([packet])[-1000:]).max() < 0.01
+    talker.stop()
+
+
 async def test_an_interrupt_is_followed_by_silence_even_when_the_talker_was_quiet() -> None:
     talker = TalkerAudioTrack()
     talker.flush()  # a cancel before the answer's first audio

@@ -11,8 +11,9 @@ of the speech; a peer's decoder then fades out from silence; and a plain aiortc 
 holds four packets, hands out the last of the speech) and ends by re-basing the timestamps on the
 wall clock, so the peer's jitter buffer sees a pause in a steady stream, as after Opus DTX.
 
-At most one packet is out of the talker's hands at a time, so `flush()` silences the talker within
-one packet time; the silent packets follow every flush.
+At most one packet is out of the talker's hands at a time, and `flush()` sends the first silent
+packet at once, ahead of its slot: a peer hears silence one network hop after the interrupt, however
+long the packets are. The rest of the silent packets keep their slots.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class TalkerAudioTrack(MediaStreamTrack):
         self._drained = asyncio.Event()
         self._drained.set()
         self._audio = asyncio.Event()  # wakes an idle recv()
+        self._flushed = asyncio.Event()  # wakes a recv() waiting for its packet's slot
         self._start: float | None = None
         self._pts = 0  # of the next packet, in RTP clock units since _start
         self._paused = True  # the previous packet time passed with nothing to send
@@ -113,6 +115,7 @@ class TalkerAudioTrack(MediaStreamTrack):
         self._buffer.clear()
         self._tail_left = TAIL_PACKETS
         self._audio.set()
+        self._flushed.set()
         self._space.set()
         self._drained.set()
         return dropped_ms
@@ -139,15 +142,20 @@ class TalkerAudioTrack(MediaStreamTrack):
             await self._audio.wait()
 
     async def _wait_for_packet_time(self) -> None:
-        """Sleep until the next packet is due; after a pause (or a stall), re-base on the wall clock."""
+        """Sleep until the next packet is due, or a flush; after a pause (or a stall), re-base on the wall clock."""
         now = time.monotonic()
         if self._start is None:
             self._start = now
         late = now - (self._start + self._pts / RTP_CLOCK)
         if late > 0 and (self._paused or late > _REANCHOR_AFTER_S):
             self._pts += round(late * RTP_CLOCK)
-        elif late < 0:
-            await asyncio.sleep(-late)
+        elif late < 0 and not self._flushed.is_set():
+            try:
+                async with asyncio.timeout(-late):
+                    await self._flushed.wait()
+            except TimeoutError:
+                pass
+        self._flushed.clear()
         self._paused = False
 
     def _next_packet(self) -> av.Packet:
