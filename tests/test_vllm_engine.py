@@ -301,6 +301,27 @@ def test_the_md5_uuid_names_the_jpeg_bytes() -> None:
     assert len(messages[-1]["content"]) == 1  # no audio part, no empty text part
 
 
+def test_a_clip_too_short_for_the_models_audio_encoder_is_padded_with_silence() -> None:
+    import base64
+    import io
+    import wave
+
+    from rtc_omni.engines.base import UnderstandTurn
+    from rtc_omni.engines.vllm_omni import build_messages
+
+    def sent_samples(pcm16: bytes) -> np.ndarray:
+        turn = UnderstandTurn(request_id="r", frames=[], audio_pcm16=pcm16, query="q", history=[])
+        part = build_messages(turn)[-1]["content"][0]
+        with wave.open(io.BytesIO(base64.b64decode(part["input_audio"]["data"]))) as wav:
+            return np.frombuffer(wav.readframes(wav.getnframes()), "<i2")
+
+    clip = np.full(304, 1000, "<i2")  # 19 ms: vLLM-Omni failed the turn with this (seen in CI)
+    padded = sent_samples(clip.tobytes())
+    assert padded.size == 1600 and (padded[:304] == 1000).all() and not padded[304:].any()
+    long = np.arange(4000, dtype="<i2")
+    assert (sent_samples(long.tobytes()) == long).all()
+
+
 def test_the_settings_become_vllm_serves_command_line() -> None:
     from rtc_omni.config import Settings
     from rtc_omni.engines.vllm_runtime import serve_argv

@@ -44,6 +44,10 @@ logger = logging.getLogger(__name__)
 CODEC_FRAME_SAMPLES = 1920  # the talker's causal-convolution leading edge (80 ms at 24 kHz)
 HISTORY_MESSAGES = 2  # the Qwen handler replays the last two history entries, as text
 ABORT_SETTLE_S = 0.1  # upstream's scheduler needs a moment after an abort before the next request
+# Qwen-Omni's audio encoder turns a clip of under ~30 ms into no token at all, and vLLM-Omni then fails
+# the whole request ("too short to be represented inside the model"). A turn asked right after another
+# carries only the mic audio of the moment between them, so shorter clips are padded with silence.
+MIN_MODEL_AUDIO_S = 0.1
 TRANSCRIBE_PROMPT = "Transcribe the speech in this audio word for word. Reply with the transcript only."
 
 
@@ -127,6 +131,12 @@ def text_of(content: Any) -> str:
     return ""
 
 
+def model_audio(pcm16: bytes) -> bytes:
+    """16 kHz PCM16 padded with silence to MIN_MODEL_AUDIO_S, so the model has a token for it."""
+    shortfall = int(MIN_MODEL_AUDIO_S * INPUT_SAMPLE_RATE) * 2 - len(pcm16)
+    return pcm16 + bytes(shortfall) if shortfall > 0 else pcm16
+
+
 def build_messages(turn: UnderstandTurn) -> list[dict[str, Any]]:
     """OpenAI-style messages for one turn, in the Qwen-Omni handler's shape."""
     messages: list[dict[str, Any]] = []
@@ -143,7 +153,7 @@ def build_messages(turn: UnderstandTurn) -> list[dict[str, Any]]:
         content.append(
             {
                 "type": "input_audio",
-                "input_audio": {"data": wav_base64(turn.audio_pcm16, INPUT_SAMPLE_RATE), "format": "wav"},
+                "input_audio": {"data": wav_base64(model_audio(turn.audio_pcm16), INPUT_SAMPLE_RATE), "format": "wav"},
             }
         )
     if turn.query:
