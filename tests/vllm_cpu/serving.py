@@ -11,6 +11,7 @@ workers start them side by side. The models are noise: the tests check plumbing,
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import json
 import math
@@ -89,7 +90,12 @@ TINY_MODELS = ["qwen2_5_omni", "qwen3_omni_moe", "helios", "wan"]
 
 def tiny_model(name: str) -> Path:
     """The tiny model `name`, with the others, built here or found in the cache (tests/vllm_cpu/tiny_models.py)."""
-    python = vllm_python()
+    return tiny_models(vllm_python())[name]
+
+
+@functools.cache
+def tiny_models(python: str) -> dict[str, Path]:
+    """Every tiny model, by name: one build (or cache lookup) per test process."""
     started = time.monotonic()
     done = subprocess.run(
         [python, str(REPO / "tests" / "vllm_cpu" / "tiny_models.py"), *TINY_MODELS],
@@ -100,8 +106,8 @@ def tiny_model(name: str) -> Path:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     timed("tiny models ready (built or cached)", started)
-    built = dict(zip(TINY_MODELS, done.stdout.strip().splitlines()[-len(TINY_MODELS) :], strict=True))
-    return Path(built[name])
+    built = done.stdout.strip().splitlines()[-len(TINY_MODELS) :]
+    return {name: Path(path) for name, path in zip(TINY_MODELS, built, strict=True)}
 
 
 @dataclass

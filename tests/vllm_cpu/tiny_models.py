@@ -12,12 +12,14 @@ Run in the vLLM environment (tests/vllm_cpu/env.sh), which has transformers and 
     DIR/bin/python tests/vllm_cpu/tiny_models.py wan helios   # one directory a line
 
 Built models are cached under $RTC_OMNI_TINY_MODELS (default /tmp/rtc-omni-tiny-models), in a
-directory named after the builder and a hash of this file, so a changed builder rebuilds.
+directory named after the builder and a hash of this file, so a changed builder rebuilds. Builds
+take turns (a lock file there): processes that ask together find what the first one built.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -628,8 +630,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("name", nargs="+", choices=sorted(BUILDERS), help="one line out per name, in order")
     parser.add_argument("--cache", type=Path, default=CACHE)
     args = parser.parse_args(argv)
-    for name in args.name:  # several in one process: torch, transformers and diffusers load once
-        print(model_dir(name, args.cache), flush=True)
+    args.cache.mkdir(parents=True, exist_ok=True)
+    # One build at a time: the suite's workers ask together, and the first builds for all of them.
+    with (args.cache / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for name in args.name:  # several in one process: torch, transformers and diffusers load once
+            print(model_dir(name, args.cache), flush=True)
     return 0
 
 
