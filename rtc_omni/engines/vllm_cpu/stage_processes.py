@@ -15,9 +15,12 @@ process carries the environment it was started with.
 The vLLM-Omni internal this relies on: `StageEngineCoreProcManager` (vllm_omni.engine.
 stage_engine_core_proc_manager) takes its context from the name `get_mp_context` in its module,
 which `vllm_omni.engine.stage_init_utils.prepare_engine_environment` would make `spawn`.
-Setting `VLLM_WORKER_MULTIPROC_METHOD` keeps vLLM-Omni's own choice. At exit the server process
-stops the fork server and waits for it (multiprocessing's `ForkServer._stop`, private since
-Python 3.8), so that nothing outlives it and its CPU time is its parent's, as a spawned stage's is.
+Setting `VLLM_WORKER_MULTIPROC_METHOD` keeps vLLM-Omni's own choice. At exit, when vLLM-Omni has
+stopped the stages, rtc-omni ends the fork server and waits for it, so that nothing outlives the
+server and its CPU time counts as the server's, as a spawned stage's does. It ends it with SIGTERM,
+which the fork server leaves at its default: an interpreter with vLLM-Omni imported takes seconds
+of CPU to tear down, for nothing (its stages end with `os._exit` too). The server's pid is a
+private attribute of multiprocessing's `ForkServer` (`_forkserver_pid`, since Python 3.4).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import importlib
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import signal
 from multiprocessing.context import ForkServerContext, ForkServerProcess
 from typing import Any
 
@@ -64,5 +68,13 @@ def fork_stages_from_preloaded_server() -> bool:
     context = PreloadedContext()
     manager.get_mp_context = lambda: context  # type: ignore[attr-defined]  # vLLM-Omni's, see above
     multiprocessing.set_forkserver_preload(PRELOAD)
-    atexit.register(multiprocessing.forkserver._forkserver._stop)  # type: ignore[attr-defined]  # see above
+    atexit.register(end_fork_server)
     return True
+
+
+def end_fork_server() -> None:
+    """End the fork server, if one was started, and wait for it."""
+    pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
