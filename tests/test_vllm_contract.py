@@ -338,6 +338,55 @@ def test_the_cpu_diffusion_attention_is_torch_sdpa() -> None:
     assert torch.allclose(impl.forward(query, key, value), expected.transpose(1, 2), atol=1e-5)
 
 
+def test_the_cpu_diffusion_warm_up_is_small_and_nothing_else_changes() -> None:
+    from vllm_omni.diffusion.diffusion_engine import DiffusionEngine
+    from vllm_omni.diffusion.executor.uniproc_executor import UniProcDiffusionExecutor
+    from vllm_omni.diffusion.request import DUMMY_DIFFUSION_REQUEST_ID, OmniDiffusionRequest
+    from vllm_omni.diffusion.worker.diffusion_worker import DiffusionWorker
+
+    from rtc_omni.engines.vllm_cpu.platform import CPUOmniPlatform
+    from rtc_omni.engines.vllm_cpu.workers import WARM_UP_SIDE, CPUDiffusionWorker
+
+    # vLLM-Omni warms up at 512x512 under this id, and builds the worker the platform names.
+    assert "DUMMY_DIFFUSION_REQUEST_ID" in inspect.getsource(DiffusionEngine._make_dummy_request)
+    assert "height=512" in inspect.getsource(DiffusionEngine._dummy_run)
+    assert "get_diffusion_worker_cls" in inspect.getsource(UniProcDiffusionExecutor._init_executor)
+    assert CPUOmniPlatform.get_diffusion_worker_cls() == f"{CPUDiffusionWorker.__module__}.CPUDiffusionWorker"
+    for method in ("execute_model", "execute_model_batch", "execute_stepwise"):
+        assert method in vars(DiffusionWorker)
+    worker = object.__new__(CPUDiffusionWorker)
+    seen = []
+    worker.model_runner = SimpleNamespace(execute_model=lambda req, **kwargs: seen.append(req))
+    worker.lora_manager = None
+    worker._get_profiler = lambda: None
+
+    def request(request_id: str) -> Any:
+        params = OmniDiffusionSamplingParams(height=512, width=512, num_inference_steps=2, num_frames=1)
+        return OmniDiffusionRequest(prompt={"prompt": "dummy run"}, request_id=request_id, sampling_params=params)
+
+    worker.execute_model(request(DUMMY_DIFFUSION_REQUEST_ID), None)
+    worker.execute_model(request("a-user-request"), None)
+    assert [(r.sampling_params.height, r.sampling_params.width) for r in seen] == [
+        (WARM_UP_SIDE, WARM_UP_SIDE),
+        (512, 512),
+    ]
+
+
+def test_stage_processes_start_from_the_preloaded_server() -> None:
+    import importlib.util
+
+    from vllm_omni.engine import stage_engine_core_proc_manager as manager
+    from vllm_omni.engine.stage_init_utils import prepare_engine_environment
+
+    from rtc_omni.engines.vllm_cpu.stage_processes import MANAGER, PRELOAD
+
+    # The manager takes its context from this name in its module; vLLM-Omni would make it spawn.
+    assert manager.__name__ == MANAGER and callable(manager.get_mp_context)
+    assert "get_mp_context" in manager.StageEngineCoreProcManager.__init__.__code__.co_names
+    assert '"spawn"' in inspect.getsource(prepare_engine_environment)
+    assert all(importlib.util.find_spec(module) is not None for module in PRELOAD)
+
+
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_the_cpu_deploy_overlays_load_in_vllm_omni(layout: str, tmp_path: Any) -> None:
     from vllm_omni.config.stage_config import load_deploy_config

@@ -1,10 +1,13 @@
 """rtc-omni's CPU mode for the vLLM engine, the parts that need no vLLM: which deploy settings a
-model directory gets on CPU, and what `--device` refuses (rtc_omni/engines/vllm_cpu/)."""
+model directory gets on CPU, what `--device` refuses, and how stage processes start
+(rtc_omni/engines/vllm_cpu/)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import multiprocessing.forkserver
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ import pytest
 from rtc_omni.config import Settings, SettingsError, load_settings
 from rtc_omni.engines.vllm_cpu import activate
 from rtc_omni.engines.vllm_cpu.deploy import CPU_STAGE, cpu_deploy_config, model_type
+from rtc_omni.engines.vllm_cpu.stage_processes import PreloadedContext, fork_stages_from_preloaded_server
 from rtc_omni.engines.vllm_runtime import EngineUnavailable, on_device
 
 SHIPPED = Path("/opt/vllm_omni/deploy")  # stands for vLLM-Omni's deploy directory
@@ -78,3 +82,20 @@ def test_device_is_a_flag_and_a_variable() -> None:
     assert load_settings(environ={"RTC_OMNI_DEVICE": "cpu"}).device == "cpu"
     with pytest.raises(SettingsError, match="--device"):
         load_settings(environ={"RTC_OMNI_DEVICE": "tpu"})
+
+
+def test_a_stage_process_runs_with_the_environment_it_was_started_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fork server's children inherit the server's environment; vLLM-Omni sets per-stage variables
+    # just before each start, so a stage process carries them (rtc_omni/engines/vllm_cpu/stage_processes.py).
+    multiprocessing.forkserver.ensure_running()  # started before the variable is set, as in a server
+    monkeypatch.setenv("RTC_OMNI_STAGE_PROBE", "set before the start")
+    check = ["sh", "-c", 'test "$RTC_OMNI_STAGE_PROBE" = "set before the start"']
+    process = PreloadedContext().Process(target=subprocess.check_call, args=(check,))
+    process.start()
+    process.join(timeout=60)
+    assert process.exitcode == 0
+
+
+def test_a_chosen_start_method_keeps_vllm_omnis_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    assert fork_stages_from_preloaded_server() is False

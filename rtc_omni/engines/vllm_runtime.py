@@ -30,6 +30,7 @@ from ..config import Settings
 from ..logs import configure_logging
 from .vllm_cpu import PLATFORM, vllm_runs_on_cpu
 from .vllm_cpu.deploy import CPU_ENVIRONMENT, cpu_deploy_config
+from .vllm_cpu.stage_processes import fork_stages_from_preloaded_server
 from .vllm_omni import OmniGenerateEngine, OmniUnderstandEngine
 
 logger = logging.getLogger(__name__)
@@ -67,7 +68,8 @@ def serve_argv(settings: Settings) -> list[str]:
 def on_device(settings: Settings) -> Settings:
     """The settings for where the model will run: on CPU (`--device cpu`, or `auto` with vLLM's
     CPU build installed) they carry the CPU deploy settings for the model's layout, unless the
-    user gave a deploy config. On CPU it also sets `CPU_ENVIRONMENT` for the stage processes."""
+    user gave a deploy config. On CPU it also sets `CPU_ENVIRONMENT` for the stage processes, and
+    has them forked from a server that has imported vLLM-Omni (vllm_cpu/stage_processes.py)."""
     on_cpu = vllm_runs_on_cpu()
     if settings.device == "cpu" and not on_cpu:
         raise EngineUnavailable(f"--device cpu needs {CPU_HINT}; the installed vLLM is not its CPU build")
@@ -85,6 +87,7 @@ def on_device(settings: Settings) -> Settings:
         )
     for key, value in CPU_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
+    fork_stages_from_preloaded_server()
     if settings.deploy_config:
         return settings
     assert settings.model is not None
@@ -245,8 +248,9 @@ async def build_vllm_engines(settings: Settings) -> tuple[OmniUnderstandEngine |
     # rtc-omni log line below that under --engine vllm; vLLM's own loggers have their own handler.
     configure_logging(settings.log_level, settings.log_format)
 
-    cli_env_setup()  # worker processes are spawned, as under `vllm serve`
-    args = parse_serve_args(serve_argv(on_device(settings)))
+    settings = on_device(settings)  # first: it reads the user's VLLM_WORKER_MULTIPROC_METHOD
+    cli_env_setup()  # worker processes are spawned, as under `vllm serve` (on CPU: see on_device)
+    args = parse_serve_args(serve_argv(settings))
     stack = AsyncExitStack()
     try:
         omni = await stack.enter_async_context(build_async_omni(args))

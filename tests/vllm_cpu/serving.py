@@ -10,7 +10,9 @@ workers start them side by side. The models are noise: the tests check plumbing,
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import functools
 import io
 import json
 import math
@@ -43,6 +45,7 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT_S = 300
 START_TIMEOUT_S = 420  # vLLM-Omni's three stage processes on a busy 2-core machine
 TURN_TIMEOUT_S = 120
+PLAYOUT_S = 1.0  # how long speech the server has sent takes to play at the peer, at most
 # A few thinker tokens and talker codes (~1 s of speech): a random talker seldom ends by itself. The
 # talker dict has no repetition_penalty: rtc-omni keeps the deploy's, without which the stage dies.
 THINKER = {"max_tokens": 12}
@@ -89,7 +92,12 @@ TINY_MODELS = ["qwen2_5_omni", "qwen3_omni_moe", "helios", "wan"]
 
 def tiny_model(name: str) -> Path:
     """The tiny model `name`, with the others, built here or found in the cache (tests/vllm_cpu/tiny_models.py)."""
-    python = vllm_python()
+    return tiny_models(vllm_python())[name]
+
+
+@functools.cache
+def tiny_models(python: str) -> dict[str, Path]:
+    """Every tiny model, by name: one build (or cache lookup) per test process."""
     started = time.monotonic()
     done = subprocess.run(
         [python, str(REPO / "tests" / "vllm_cpu" / "tiny_models.py"), *TINY_MODELS],
@@ -100,8 +108,8 @@ def tiny_model(name: str) -> Path:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     timed("tiny models ready (built or cached)", started)
-    built = dict(zip(TINY_MODELS, done.stdout.strip().splitlines()[-len(TINY_MODELS) :], strict=True))
-    return Path(built[name])
+    built = done.stdout.strip().splitlines()[-len(TINY_MODELS) :]
+    return {name: Path(path) for name, path in zip(TINY_MODELS, built, strict=True)}
 
 
 @dataclass
@@ -173,6 +181,7 @@ async def answers_with_text_and_audible_speech(served: Served, config: dict[str,
     try:
         for question in ("What do you see?", "And now?")[:turns]:
             results.append(await client.ask(question, timeout=TURN_TIMEOUT_S))
+        await asyncio.sleep(PLAYOUT_S)  # the last words still in flight when response.audio.done came
     finally:
         await client.close()
     for turn in results:
@@ -182,8 +191,13 @@ async def answers_with_text_and_audible_speech(served: Served, config: dict[str,
         assert deltas and deltas == done["text"] == turn.text, (deltas, done, turn.text)
         assert turn.events[-1]["type"] == "response.audio.done", turn.events[-3:]
     assert client.recorder is not None
-    voiced = client.recorder.voiced_frames(results[0].sent_at, results[0].done_at or time.monotonic())
-    assert voiced > 10, "the talker's speech was not audible at the peer"  # 10 frames: 200 ms
+    # The first answer's speech, up to the next question: response.audio.done comes when the server
+    # has sent the last of it, a network and jitter buffer ahead of the peer.
+    until = results[1].sent_at if len(results) > 1 else (results[0].done_at or time.monotonic()) + PLAYOUT_S
+    voiced = client.recorder.voiced_frames(results[0].sent_at, until)
+    loudest = max((f.rms for f in client.recorder.frames if results[0].sent_at <= f.at <= until), default=0.0)
+    # 10 frames: 200 ms
+    assert voiced > 10, ("the talker's speech was not audible at the peer", voiced, loudest, served.tail(20))
     for turn in results:
         heard = [f.at for f in client.recorder.frames if f.at >= turn.sent_at and f.rms >= client.recorder.SILENCE_RMS]
         first_audio = (heard or [math.nan])[0] - turn.sent_at

@@ -12,12 +12,14 @@ Run in the vLLM environment (tests/vllm_cpu/env.sh), which has transformers and 
     DIR/bin/python tests/vllm_cpu/tiny_models.py wan helios   # one directory a line
 
 Built models are cached under $RTC_OMNI_TINY_MODELS (default /tmp/rtc-omni-tiny-models), in a
-directory named after the builder and a hash of this file, so a changed builder rebuilds.
+directory named after the builder and a hash of this file, so a changed builder rebuilds. Builds
+take turns (a lock file there): processes that ask together find what the first one built.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -26,11 +28,13 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
+    import torch
+
+# torch, transformers and diffusers are imported where a model is built: a cached model costs none.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-import torch  # noqa: E402
 
 CACHE = Path(os.environ.get("RTC_OMNI_TINY_MODELS", "/tmp/rtc-omni-tiny-models"))
 SEED = 0
@@ -160,6 +164,7 @@ def build_umt5_vae(out: Path) -> int:
 def build_wan(out: Path) -> None:
     """A Wan 2.x text-to-video pipeline (vLLM-Omni's Wan22Pipeline): UMT5 text encoder, Wan
     transformer, Wan VAE, UniPC scheduler, with a few hundred thousand parameters."""
+    import torch
     from diffusers import UniPCMultistepScheduler, WanTransformer3DModel
 
     torch.manual_seed(SEED)
@@ -202,6 +207,7 @@ def build_helios(out: Path) -> None:
     """A Helios text-to-video pipeline (vLLM-Omni's HeliosPipeline): Wan's text encoder and VAE, the
     Helios transformer with its multi-term memory patches, the Helios scheduler. It generates in
     chunks of 33 frames and streams them with `diffusion-streaming-output`."""
+    import torch
     from diffusers import HeliosScheduler, HeliosTransformer3DModel
 
     torch.manual_seed(SEED)
@@ -287,6 +293,8 @@ def qwen_processor_parts(tokenizer: object, patch: int = 28) -> dict[str, object
 
 def keep_rows(weight: torch.Tensor, allowed: list[int]) -> None:
     """Zero every row of an output head but `allowed`, and scale those up (in place)."""
+    import torch
+
     mask = torch.zeros(weight.shape[0], dtype=torch.bool)
     mask[allowed] = True
     with torch.no_grad():
@@ -297,6 +305,7 @@ def keep_rows(weight: torch.Tensor, allowed: list[int]) -> None:
 def build_qwen2_5_omni(out: Path) -> None:
     """Qwen2.5-Omni with all three stages (thinker, talker, code2wav). The thinker keeps the real
     vocabulary size (152064): vLLM-Omni's talker indexes the thinker embedding with fixed ids."""
+    import torch
     from transformers import Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration, Qwen2_5OmniProcessor
 
     torch.manual_seed(SEED)
@@ -473,6 +482,7 @@ QWEN3_CODEC_END = 2150  # the talker's end-of-speech code (the real config's cod
 def build_qwen3_omni_moe(out: Path) -> None:
     """Qwen3-Omni MoE with all three stages (thinker, talker + code predictor, code2wav), in the
     real 30B-A3B layout: MoE thinker and talker, 16 code groups, the real special-token ids."""
+    import torch
     from transformers import Qwen3OmniMoeConfig, Qwen3OmniMoeForConditionalGeneration, Qwen3OmniMoeProcessor
 
     torch.manual_seed(SEED)
@@ -628,8 +638,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("name", nargs="+", choices=sorted(BUILDERS), help="one line out per name, in order")
     parser.add_argument("--cache", type=Path, default=CACHE)
     args = parser.parse_args(argv)
-    for name in args.name:  # several in one process: torch, transformers and diffusers load once
-        print(model_dir(name, args.cache), flush=True)
+    args.cache.mkdir(parents=True, exist_ok=True)
+    # One build at a time: the suite's workers ask together, and the first builds for all of them.
+    with (args.cache / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for name in args.name:  # several in one process: torch, transformers and diffusers load once
+            print(model_dir(name, args.cache), flush=True)
     return 0
 
 

@@ -10,7 +10,8 @@ registers a platform of its own under vLLM-Omni's entry point `vllm_omni.platfor
 
 It is for development, CI and tiny models (docs/vllm.md): a real 7B or 30B model on a few CPU
 cores is not practical. It leans on vLLM-Omni 0.30 internals, each named where it is used
-(`platform.py`, `workers.py`); tests/test_vllm_contract.py fails loudly when a release moves them.
+(`platform.py`, `workers.py`, `stage_processes.py`); tests/test_vllm_contract.py fails loudly when a
+release moves them.
 
 This module imports nothing from vLLM: vLLM-Omni loads it in every process to ask `activate()`.
 """

@@ -8,6 +8,7 @@ vLLM-Omni 0.30 asks of a platform, and where this leans on its internals:
   autoregressive stages (thinker, talker) and the generation stages (code2wav), by qualified
   name (vllm_omni.engine.arg_utils, vllm_omni.engine.stage_init_utils);
 - `get_diffusion_attn_backend_cls`: the diffusion attention backend (vllm_omni.diffusion.attention.selector);
+- `get_diffusion_worker_cls`: the diffusion worker class, by qualified name (vllm_omni.diffusion.executor);
 - the device and memory helpers its workers call on `current_omni_platform`: `OmniPlatform`
   declares them without a body, and the CUDA names `empty_cache`, `reset_peak_memory_stats`,
   `max_memory_*` (which vLLM's `Platform.__getattr__` looks up on `torch.cpu`, where they do not
@@ -36,6 +37,10 @@ class CPUOmniPlatform(OmniPlatform, CpuPlatform):
     @classmethod
     def get_omni_generation_worker_cls(cls) -> str:
         return f"{WORKERS}.CPUGenerationWorker"
+
+    @classmethod
+    def get_diffusion_worker_cls(cls) -> str:
+        return f"{WORKERS}.CPUDiffusionWorker"  # its start-up warm-up is small
 
     @classmethod
     def get_default_stage_config_path(cls) -> str:

@@ -18,12 +18,17 @@ Each is vLLM-Omni's GPU class combined with vLLM's CPU one. The vLLM-Omni intern
   request, and Qwen2.5-Omni's talker sets its `voice_type` in it; the CPU worker profiles nothing
   with an explicit KV cache size, so the worker makes that pass itself;
 - `SDPAImpl.forward_cuda` (vllm_omni.diffusion.attention.backends.sdpa): plain PyTorch SDPA, which
-  runs on CPU; `AttentionImpl.forward` picks an implementation per platform and has none for CPU.
+  runs on CPU; `AttentionImpl.forward` picks an implementation per platform and has none for CPU;
+- `DiffusionWorker` (vllm_omni.diffusion.worker.diffusion_worker) and the requests its three entry
+  points receive (`execute_model`, `execute_model_batch`, `execute_stepwise`): the start-up warm-up
+  is the one with the id `DUMMY_DIFFUSION_REQUEST_ID` (vllm_omni.diffusion.request), made by
+  `DiffusionEngine._dummy_run` at 512x512, whatever the model; the warm-up's height and width are
+  sampling parameters the pipeline reads when it runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -31,6 +36,8 @@ import vllm.v1.worker.cpu_worker as vllm_cpu_worker
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 from vllm.v1.worker.cpu_worker import CPUWorker
 from vllm_omni.diffusion.attention.backends.sdpa import SDPABackend, SDPAImpl
+from vllm_omni.diffusion.request import DUMMY_DIFFUSION_REQUEST_ID
+from vllm_omni.diffusion.worker.diffusion_worker import DiffusionWorker
 from vllm_omni.worker.gpu_ar_model_runner import GPUARModelRunner
 from vllm_omni.worker.gpu_generation_model_runner import GPUGenerationModelRunner
 from vllm_omni.worker.mixins import OmniWorkerMixin
@@ -99,3 +106,32 @@ class CPUSDPABackend(SDPABackend):
     @staticmethod
     def get_impl_cls() -> type[CPUSDPAImpl]:
         return CPUSDPAImpl
+
+
+# The side of the diffusion warm-up on CPU. vLLM-Omni warms every pipeline up at 512x512 before it
+# serves: on a GPU that sizes its buffers, on CPU (eager, no graphs) it only checks that the
+# pipeline runs, and at 512x512 it took 10 s for tiny Helios; a real model there takes minutes.
+WARM_UP_SIDE = 128
+
+
+def _small_warm_up(requests: Iterable[Any]) -> None:
+    for request in requests:
+        if request.request_id == DUMMY_DIFFUSION_REQUEST_ID:  # the warm-up, not a paged-KV profile
+            params = request.sampling_params
+            params.height, params.width = min(params.height, WARM_UP_SIDE), min(params.width, WARM_UP_SIDE)
+
+
+class CPUDiffusionWorker(DiffusionWorker):
+    """vLLM-Omni's diffusion worker, with its start-up warm-up at `WARM_UP_SIDE` square."""
+
+    def execute_model(self, req: Any, *args: Any, **kwargs: Any) -> Any:
+        _small_warm_up([x.req for x in req] if isinstance(req, list) else [req])  # a list: NewRequestData
+        return super().execute_model(req, *args, **kwargs)
+
+    def execute_model_batch(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        _small_warm_up(x.req for x in scheduler_output.scheduled_new_reqs)
+        return super().execute_model_batch(scheduler_output, *args, **kwargs)
+
+    def execute_stepwise(self, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        _small_warm_up(x.req for x in scheduler_output.scheduled_new_reqs)
+        return super().execute_stepwise(scheduler_output, *args, **kwargs)
