@@ -49,7 +49,8 @@ def _video_frames(packets: list[RtpPacket]) -> list[bytes]:
 @pytest.mark.media
 async def test_replaying_peers_send_the_loop_under_their_own_ssrcs(server, monkeypatch) -> None:
     """Two load-generator peers send the same pre-encoded camera and mic, each under its own SSRC,
-    and the server decodes and samples the camera of both."""
+    and the server decodes and samples the camera of both; the mic in the 60 ms packets the
+    server's answer asks for, as Chromium sends them."""
     sent: dict[int, list[RtpPacket]] = defaultdict(list)
     send_rtp = RTCDtlsTransport._send_rtp
 
@@ -75,12 +76,22 @@ async def test_replaying_peers_send_the_loop_under_their_own_ssrcs(server, monke
             await client.close()
 
     assert ssrcs[0]["video"] != ssrcs[1]["video"] and ssrcs[0]["audio"] != ssrcs[1]["audio"]
-    camera, mic = replay.encode_camera(replay.CAMERA_FPS), replay.encode_mic()
+    camera, mic = replay.encode_camera(replay.CAMERA_FPS), replay.encode_mic(60)
     for peer in ssrcs:
         frames = _video_frames(sent[peer["video"]])
         assert len(frames) >= 4 and frames == list(camera.frames[: len(frames)])  # ~1 s at 5 fps
         audio = [p.payload for p in sent[peer["audio"]]]
-        assert len(audio) >= 20 and audio == list(mic.frames[: len(audio)])
+        assert len(audio) >= 8 and audio == list(mic.frames[: len(audio)])
+
+
+def test_a_replayed_mic_uses_the_packet_time_the_answer_asks() -> None:
+    audio = "v=0\r\nm=video 9 UDP/TLS/RTP/SAVPF 96\r\na=ptime:60\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111\r\n"
+    assert replay.mic_packet_ms(None) == 20  # no answer yet
+    assert replay.mic_packet_ms(audio) == 20  # pipecat's answers ask nothing: a browser's 20 ms
+    assert replay.mic_packet_ms(audio + "a=ptime:60\r\n") == 60
+    assert replay.mic_packet_ms(audio + "a=ptime:50\r\n") == 40  # the longest Opus packet that fits
+    assert replay.mic_packet_ms(audio + "a=ptime:10\r\n") == 20
+    assert replay.encode_mic(60).ticks == 2880 and len(replay.encode_mic(60).frames) == 4 * 1000 // 60
 
 
 @pytest.mark.media

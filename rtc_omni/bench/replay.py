@@ -20,8 +20,10 @@ import av
 import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from ..client.media import AUDIO_FRAME_SAMPLES, AUDIO_RATE, camera_send_fps
+from ..client.media import AUDIO_RATE, camera_send_fps
 from ..client.peer import DEFAULT_SAMPLE_FPS, UnderstandClient
+from ..media.talker import PACKET_MS_CHOICES
+from ..signaling.ptime import asked_ptime_ms
 from .understand import CAMERA, camera
 
 LOOP_SECONDS = 4  # whole seconds, so the mic's tone loops without a click
@@ -35,6 +37,7 @@ VIDEO_BITRATE = 500_000  # aiortc's VP8 sender starts at this rate, as the live-
 SENSOR_NOISE = 2.0
 MIC_BITRATE = 32_000  # a browser's Opus rate for a mono voice
 MIC_TONE_HZ = 440.0
+MIC_PACKET_MS = 20  # a browser's, unless the answer asks for more (a=ptime; Chromium honours it)
 SENT_AT_BOUND = 10_000
 
 
@@ -89,25 +92,35 @@ def encode_camera(fps: int, seconds: int = LOOP_SECONDS) -> EncodedLoop:
 
 
 @functools.cache
-def encode_mic(seconds: int = LOOP_SECONDS) -> EncodedLoop:
-    """A 440 Hz mic as mono Opus in 20 ms packets, as a browser sends a voice."""
+def encode_mic(packet_ms: int = MIC_PACKET_MS, seconds: int = LOOP_SECONDS) -> EncodedLoop:
+    """A 440 Hz mic as mono Opus in `packet_ms` packets, as a browser sends a voice."""
     codec = av.CodecContext.create("libopus", "w")
     codec.sample_rate, codec.layout, codec.format = AUDIO_RATE, "mono", "s16"
     codec.bit_rate = MIC_BITRATE
-    codec.options = {"application": "voip", "frame_duration": "20"}
-    count = seconds * AUDIO_RATE // AUDIO_FRAME_SAMPLES
+    codec.options = {"application": "voip", "frame_duration": str(packet_ms)}
+    samples_per_packet = AUDIO_RATE * packet_ms // 1000
+    count = seconds * AUDIO_RATE // samples_per_packet
     t = np.arange(seconds * AUDIO_RATE) / AUDIO_RATE
     pcm = (0.3 * np.sin(2 * np.pi * MIC_TONE_HZ * t) * 32767).astype(np.int16)
     packets: list[av.Packet] = []
     for index in range(count):
-        samples = pcm[index * AUDIO_FRAME_SAMPLES : (index + 1) * AUDIO_FRAME_SAMPLES]
+        samples = pcm[index * samples_per_packet : (index + 1) * samples_per_packet]
         frame = av.AudioFrame.from_ndarray(samples.reshape(1, -1), format="s16", layout="mono")
-        frame.sample_rate, frame.pts = AUDIO_RATE, index * AUDIO_FRAME_SAMPLES
+        frame.sample_rate, frame.pts = AUDIO_RATE, index * samples_per_packet
         packets.extend(codec.encode(frame))
     packets.extend(codec.encode(None))
     if len(packets) < count:
         raise RuntimeError(f"libopus gave {len(packets)} packets for {count} frames")
-    return EncodedLoop("audio", tuple(bytes(p) for p in packets[:count]), AUDIO_RATE, AUDIO_FRAME_SAMPLES)
+    return EncodedLoop("audio", tuple(bytes(p) for p in packets[:count]), AUDIO_RATE, samples_per_packet)
+
+
+def mic_packet_ms(answer_sdp: str | None) -> int:
+    """The packet time a browser's mic uses for this answer: its a=ptime, as far as Opus's packet
+    sizes go (the server asks for 60 ms: signaling/ptime.py), else MIC_PACKET_MS."""
+    asked = asked_ptime_ms(answer_sdp or "")
+    if asked is None:
+        return MIC_PACKET_MS
+    return max([ms for ms in PACKET_MS_CHOICES if ms <= asked], default=PACKET_MS_CHOICES[0])
 
 
 class ReplayTrack(MediaStreamTrack):
@@ -120,6 +133,7 @@ class ReplayTrack(MediaStreamTrack):
         super().__init__()
         self.kind = loop.kind
         self.loop = loop
+        self.client: UnderstandClient | None = None  # a mic's: it replays at its answer's packet time
         self.frames_sent = 0
         self.sent_at: dict[int, float] = {}  # pts -> monotonic time recv() handed it to the sender
         self._time_base = fractions.Fraction(1, loop.clock_rate)
@@ -128,6 +142,9 @@ class ReplayTrack(MediaStreamTrack):
     async def recv(self) -> av.Packet:
         if self.readyState != "live":
             raise MediaStreamError
+        if self.frames_sent == 0 and self.client is not None and self.kind == "audio":
+            # the sender asks for the first packet once connected, after the answer arrived
+            self.loop = encode_mic(mic_packet_ms(self.client.answer_sdp))
         pts = self.frames_sent * self.loop.ticks
         if self._start is None:
             self._start = time.time()
@@ -145,6 +162,9 @@ class ReplayTrack(MediaStreamTrack):
 def replaying_client(
     url: str, camera_fps: int = CAMERA_FPS, client_class: type[UnderstandClient] = UnderstandClient
 ) -> UnderstandClient:
-    """A peer whose camera (VP8) and mic (Opus) replay the shared loops, and that hears the talker."""
-    camera_loop = ReplayTrack(encode_camera(camera_fps))
-    return client_class(url, video=camera_loop, audio=ReplayTrack(encode_mic()), video_codec="vp8")
+    """A peer whose camera (VP8) and mic (Opus, at the answer's packet time) replay the shared loops,
+    and that hears the talker."""
+    mic = ReplayTrack(encode_mic())
+    client = client_class(url, video=ReplayTrack(encode_camera(camera_fps)), audio=mic, video_codec="vp8")
+    mic.client = client
+    return client

@@ -104,6 +104,7 @@ class ControlClient:
         self.session_token: str | None = None  # controls the session (capabilities: docs/operations.md)
         self.view_token: str | None = None  # watches it: WHEP, stats, the recording
         self.connect_seconds: float | None = None
+        self.answer_sdp: str | None = None  # as the server sent it: aiortc's model drops a=ptime
 
         if self.channel is not None:
             self.channel.on("message", self._on_message)
@@ -168,6 +169,7 @@ class ControlClient:
         self.session_id = body["session_id"]
         self.session_token = body.get("session_token", self.session_token)
         self.view_token = body.get("view_token", self.view_token)
+        self.answer_sdp = body["sdp"]
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
         release_audio_without_prefetch(self.pc)  # the talker's last packets are heard when sent
         try:

@@ -47,6 +47,19 @@ def talker_packet_ms(offer_sdp: str) -> int:
     return max([ms for ms in PACKET_MS_CHOICES if ms <= limit], default=PACKET_MS_CHOICES[0])
 
 
+def asked_ptime_ms(sdp: str) -> float | None:
+    """The `a=ptime` of the first audio section, or None."""
+    for section in _audio_sections(sdp)[:1]:
+        for line in section:
+            name, _, value = line.partition(":")
+            if name == "a=ptime":
+                try:
+                    return float(value)
+                except ValueError:
+                    return None
+    return None
+
+
 def with_audio_ptime(answer_sdp: str, ptime_ms: int = ANSWER_PTIME_MS) -> str:
     """`answer_sdp` with `a=ptime` in every audio section that has none."""
     out: list[str] = []
