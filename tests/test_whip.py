@@ -92,6 +92,9 @@ async def test_whip_http_edge_cases(make_server: ServerFactory) -> None:
         wrong = {"Authorization": "Bearer nope", **SDP}
         status, headers, _ = await http_raw(server, "POST", "/whip", data=offer, headers=wrong)
         assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer")
+        # a browser publisher on another origin may read the refusal and its challenge
+        assert headers["Access-Control-Allow-Origin"] == "*"
+        assert "WWW-Authenticate" in headers["Access-Control-Expose-Headers"]
         assert (await http_json(server, "GET", "/v1/rtc/sessions/x"))[0] == 401
         assert (await http_json(server, "GET", "/healthz"))[0] == 200
         json_type = {**AUTH, "Content-Type": "application/json"}

@@ -73,7 +73,10 @@ def _is_server_token(request: web.Request, token: str | None) -> bool:
 
 
 def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status, headers=CHALLENGE)
+    """A 401/403 that a WHIP/WHEP client on any origin can read: without the CORS headers a browser
+    hides the status and the reason behind a network error (an allow-list, limits.py, narrows them)."""
+    cors = {"Access-Control-Allow-Origin": "*", "Access-Control-Expose-Headers": "WWW-Authenticate"}
+    return web.json_response({"error": message}, status=status, headers={**CHALLENGE, **cors})
 
 
 def access_refusal(request: web.Request, scope: Scope | None, session_id: str | None = None) -> web.Response | None:
