@@ -287,7 +287,7 @@ def test_the_md5_uuid_names_the_jpeg_bytes() -> None:
     from rtc_omni.engines.base import TurnFrame, UnderstandTurn
     from rtc_omni.engines.vllm_omni import build_messages
 
-    frame = TurnFrame(rgb=np.zeros((4, 4, 3), np.uint8), frame_id="f", pts_ms=0.0, jpeg=b"jpeg-bytes")
+    frame = TurnFrame(pixels=np.zeros((4, 4, 3), np.uint8), frame_id="f", pts_ms=0.0, jpeg=b"jpeg-bytes")
     turn = UnderstandTurn(
         request_id="r",
         frames=[frame],

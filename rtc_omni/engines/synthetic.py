@@ -28,6 +28,7 @@ from .base import (
     AudioChunk,
     TextDelta,
     Transcriber,
+    TurnFrame,
     UnderstandOutput,
     UnderstandTurn,
     Usage,
@@ -40,6 +41,8 @@ _FFT_WINDOW_S = 10.0
 AUDIO_IN_TOKEN_MS = 40.0  # the audio encoder: 25 tokens per second of input audio
 AUDIO_OUT_TOKEN_MS = 80.0  # the talker's codec: 12.5 frames per second of speech
 IMAGE_PATCH_PX = 28  # the vision encoder: one token per 28x28 patch
+MOTION_SIDE = 64  # motion is measured on 64x64 grey previews
+COLOUR_SIDE = 8  # the colour is named from the smallest preview JPEG decodes (1/8 scale)
 
 _PALETTE: dict[str, tuple[int, int, int]] = {
     "black": (0, 0, 0),
@@ -65,13 +68,16 @@ def colour_name(rgb: tuple[float, float, float]) -> str:
     return min(_PALETTE, key=lambda name: float(np.sum((np.asarray(_PALETTE[name]) - target) ** 2)))
 
 
-def motion_score(frames: list[np.ndarray]) -> float:
+def motion_score(frames: list[TurnFrame]) -> float:
     """Mean absolute difference between consecutive frames (64x64 grey), 0 = still, 1 = maximal."""
     if len(frames) < 2:
         return 0.0
     from PIL import Image
 
-    small = [np.asarray(Image.fromarray(f).convert("L").resize((64, 64)), dtype=np.float32) for f in frames]
+    small = [
+        np.asarray(Image.fromarray(f.preview("L", MOTION_SIDE)).resize((MOTION_SIDE, MOTION_SIDE)), dtype=np.float32)
+        for f in frames
+    ]
     diffs = [float(np.mean(np.abs(a - b))) for a, b in zip(small, small[1:])]
     return float(np.mean(diffs)) / 255.0
 
@@ -129,16 +135,19 @@ class TurnAnalysis:
 
 def analyse(turn: UnderstandTurn) -> TurnAnalysis:
     """What the answer says; a turn without frames (a realtime text conversation) sees no image."""
-    newest = turn.frames[-1].rgb if turn.frames else np.zeros((0, 0, 3), dtype=np.uint8)
-    mean = newest.reshape(-1, 3).mean(axis=0) if newest.size else np.zeros(3)
+    newest = turn.frames[-1] if turn.frames else None
+    # The mean colour of a 1/8-scale decode: JPEG's DC terms are the mean of each 8x8 block.
+    preview = newest.preview("RGB", COLOUR_SIDE) if newest is not None else np.zeros((0, 0, 3), dtype=np.uint8)
+    mean = preview.reshape(-1, 3).mean(axis=0) if preview.size else np.zeros(3)
     mean_rgb = (int(round(mean[0])), int(round(mean[1])), int(round(mean[2])))
+    width, height = newest.size if newest is not None else (0, 0)
     return TurnAnalysis(
         frame_count=len(turn.frames),
-        width=int(newest.shape[1]),
-        height=int(newest.shape[0]),
+        width=width,
+        height=height,
         mean_rgb=mean_rgb,
         colour=colour_name(mean_rgb),
-        motion=motion_score([f.rgb for f in turn.frames]),
+        motion=motion_score(turn.frames),
         audio_seconds=len(turn.audio_pcm16) / 2 / INPUT_SAMPLE_RATE,
         audio_hz=dominant_frequency(turn.audio_pcm16, INPUT_SAMPLE_RATE),
         query=turn.query,
@@ -153,9 +162,7 @@ def count_usage(turn: UnderstandTurn, answer_words: int, speech_samples: int) ->
     text_in = sum(len(text.split()) for text in (turn.system_prompt or "", turn.query))
     text_in += sum(len(str(past.get("content", "")).split()) for past in turn.history)
     audio_in = math.ceil(len(turn.audio_pcm16) / 2 / INPUT_SAMPLE_RATE * 1000 / AUDIO_IN_TOKEN_MS)
-    images_in = sum(
-        math.ceil(f.rgb.shape[0] / IMAGE_PATCH_PX) * math.ceil(f.rgb.shape[1] / IMAGE_PATCH_PX) for f in turn.frames
-    )
+    images_in = sum(math.ceil(f.size[1] / IMAGE_PATCH_PX) * math.ceil(f.size[0] / IMAGE_PATCH_PX) for f in turn.frames)
     audio_out = math.ceil(speech_samples / TALKER_SAMPLE_RATE * 1000 / AUDIO_OUT_TOKEN_MS)
     return Usage(
         input_tokens=text_in + audio_in + images_in,

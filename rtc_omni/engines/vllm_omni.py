@@ -265,7 +265,8 @@ class OmniUnderstandEngine:
         except Exception as exc:
             raise EngineError(f"Failed to build request: {error_text(exc)}") from exc
         try:
-            kwargs["prompt"] = await self.chat.engine_prompt(chat_request(turn))
+            request = await asyncio.to_thread(chat_request, turn)  # decodes the turn's frames
+            kwargs["prompt"] = await self.chat.engine_prompt(request)
         except Exception as exc:
             raise EngineError(f"Preprocess failed: {error_text(exc)}") from exc
         return kwargs

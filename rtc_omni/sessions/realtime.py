@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import logging
 from collections import deque
 from contextlib import aclosing
@@ -114,14 +113,6 @@ def usage_wire(usage: Usage | None) -> dict[str, Any] | None:
         },
         "output_token_details": {"text_tokens": usage.output_text_tokens, "audio_tokens": usage.output_audio_tokens},
     }
-
-
-def _decode_rgb(images: list[bytes]) -> list[TurnFrame]:
-    frames = []
-    for data in images:
-        with Image.open(io.BytesIO(data)) as image:
-            frames.append(TurnFrame(rgb=np.asarray(image.convert("RGB")), frame_id=None, pts_ms=None, jpeg=data))
-    return frames
 
 
 @dataclass(kw_only=True)
@@ -481,7 +472,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         modality = (params.output_modalities or self.config.output_modalities)[0]
         instructions = params.instructions if params.instructions is not None else self.config.instructions
         context = self._conversation.context()
-        frames = await asyncio.to_thread(_decode_rgb, context.images)
+        frames = [TurnFrame(frame_id=None, pts_ms=None, jpeg=data) for data in context.images]  # checked on entry
         frames += self._camera  # the camera's newest view last
         part = Part(type="output_audio", transcript="") if modality == "audio" else Part(type="output_text", text="")
         item = Item(id=proto.new_id("item"), role="assistant", parts=[], status="in_progress")
@@ -651,7 +642,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
     async def add_track_frame(self, image: Image.Image, pts_ms: float | None, received_ts_ms: float) -> None:
         """A sampled camera frame: the newest few go with each response, after the pinned images."""
         rgb = await asyncio.to_thread(lambda: np.asarray(image.convert("RGB")))
-        self._camera.append(TurnFrame(rgb=rgb, frame_id=None, pts_ms=pts_ms))
+        self._camera.append(TurnFrame(frame_id=None, pts_ms=pts_ms, pixels=rgb))
 
     def add_track_audio(self, pcm16: bytes) -> None:
         """The microphone, already 16 kHz: the same buffer and VAD as input_audio_buffer.append."""

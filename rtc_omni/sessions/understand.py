@@ -515,21 +515,17 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         if notify:
             self._emit(proto.ResponseCancelled(request_id=turn.request_id))
 
-    async def _decode_turn_frames(self, frames: list[BufferedFrame]) -> list[TurnFrame]:
-        max_pixels = self.settings.max_image_pixels
-
-        def decode() -> list[TurnFrame]:
-            return [
-                TurnFrame(
-                    rgb=np.asarray(open_image(f.data, max_pixels).convert("RGB")),
-                    frame_id=f.frame_id if f.has_id else None,
-                    pts_ms=f.pts_ms if isinstance(f.pts_ms, (int, float)) else None,
-                    jpeg=f.data,
-                )
-                for f in frames
-            ]
-
-        return await asyncio.to_thread(decode)
+    @staticmethod
+    def _engine_frames(frames: list[BufferedFrame]) -> list[TurnFrame]:
+        """The buffered JPEGs as the engine's frames, decoded only as far as the engine looks."""
+        return [
+            TurnFrame(
+                frame_id=f.frame_id if f.has_id else None,
+                pts_ms=f.pts_ms if isinstance(f.pts_ms, (int, float)) else None,
+                jpeg=f.data,
+            )
+            for f in frames
+        ]
 
     async def _run_turn(
         self, turn: _Turn, frames: list[BufferedFrame], audio: bytes, query: str, speech_ms: float | None
@@ -540,7 +536,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         self._emit(proto.ResponseStart(request_id=request_id))
         audio_seen = False
         try:
-            turn_frames = await self._decode_turn_frames(frames)
+            turn_frames = self._engine_frames(frames)
             engine_turn = UnderstandTurn(
                 request_id=request_id,
                 frames=turn_frames,
