@@ -21,6 +21,7 @@ from .bench.cli import main as run_bench
 from .client.peer import check_server_url
 from .config import Settings, add_settings_arguments, load_settings
 from .engines.vllm_runtime import INSTALL_HINT, EngineUnavailable
+from .event_loop import EventLoopUnavailable, loop_factory
 from .logs import configure_logging
 from .protocol.generate import VideoGenerationRequest, coerce_start_fields
 from .protocol.understand import SessionConfig
@@ -77,9 +78,15 @@ def serve_process(settings: Settings, worker: Worker | None, on_listening: Calla
     """Run one server process (the only one, or one of --workers) until it is told to stop."""
     from .app import create_app, serve
 
+    try:
+        factory = loop_factory(settings.event_loop)
+    except EventLoopUnavailable as exc:
+        print(f"rtc-omni: {exc}", file=sys.stderr)
+        return 2
     app = create_app(settings, worker=worker)
     try:
-        asyncio.run(serve(app, settings, on_listening=on_listening, worker=worker))
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(serve(app, settings, on_listening=on_listening, worker=worker))
     except EngineUnavailable as exc:
         print(f"rtc-omni: {exc}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from .event_loop import EventLoopChoice
 from .protocol.validation import describe_validation_error
 
 ENV_PREFIX = "RTC_OMNI_"
@@ -176,6 +177,11 @@ class Settings(BaseModel):
         description="Worker processes sharing the HTTP port (SO_REUSEPORT), each owning the media of the sessions "
         "it answered; 'auto': one per CPU core. With --engine vllm the model runs once, in an engine process the "
         'workers reach as the remote engine reaches an upstream (docs/deployment.md, "Several workers").',
+    )
+    event_loop: EventLoopChoice = Field(
+        "auto",
+        description="The event loop every server process runs: 'uvloop' (libuv; about a tenth less CPU per "
+        "session, docs/benchmarks.md), 'asyncio' (the standard library's), 'auto': uvloop where it is installed.",
     )
     engine_start_timeout: float = Field(
         900.0,
