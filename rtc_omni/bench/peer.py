@@ -5,7 +5,9 @@ as its best-known Python peer?"""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,8 @@ async def measure(python: str, sessions: int, seconds: float) -> dict[str, Any]:
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url + "/healthz", process)
+        with urllib.request.urlopen(url + "/healthz", timeout=5) as response:
+            event_loop = json.load(response).get("event_loop", "asyncio")
         clients = [replaying_client(url, client_class=AudioFirstClient) for _ in range(sessions)]
         try:
             for client in clients:
@@ -66,4 +70,5 @@ async def measure(python: str, sessions: int, seconds: float) -> dict[str, Any]:
         "server_cpu_s_per_s_per_session": round(sum(server_cpu) / sessions, 3),
         "client_cpu_s_per_s": round(client_cpu, 3),
         "echo_heard": echoed,
+        "event_loop": event_loop,
     }

@@ -4,11 +4,15 @@ ingest (camera sampled at rtc-omni's rate, mic) plus an audio echo, on 127.0.0.1
 Run by `rtc_omni.bench.peer` with an interpreter that has `pipecat-ai[webrtc]` (the `[bench]`
 extra's pin); it speaks our offer endpoint's shape so the same headless client connects to it.
 Usage: python pipecat_server.py PORT SAMPLE_FPS
+
+It runs on uvloop where its interpreter has it, as `rtc-omni serve` does (--event-loop auto), so
+both servers run on the same loop; /healthz says which.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import sys
 import uuid
 
@@ -68,7 +72,10 @@ async def offer(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"ok": True})
+    loop = asyncio.get_running_loop()
+    return web.json_response(
+        {"ok": True, "event_loop": "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"}
+    )
 
 
 def main() -> None:
@@ -77,7 +84,12 @@ def main() -> None:
     app["sample_fps"] = float(sys.argv[2])
     app.router.add_post("/v1/rtc/offer", offer)
     app.router.add_get("/healthz", healthz)
-    web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+    loop = None
+    if importlib.util.find_spec("uvloop") is not None:
+        import uvloop
+
+        loop = uvloop.new_event_loop()
+    web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, loop=loop)
 
 
 if __name__ == "__main__":

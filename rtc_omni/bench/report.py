@@ -91,7 +91,7 @@ def _peer_rows(peer: dict[str, Any]) -> list[tuple[str, str]]:
         (
             f"6b {peer['name']}, {p['sessions']} replayed sessions: server CPU-s/s per session",
             f"{p['server_cpu_s_per_s_per_session']:.3f} vs rtc-omni {p['rtc_omni_server_cpu_s_per_s_per_session']:.3f}"
-            f" (x{p['ratio']}; echo heard by {p['echo_heard']}/{p['sessions']})",
+            f" (x{p['ratio']}; echo heard by {p['echo_heard']}/{p['sessions']}; {p.get('event_loop', 'asyncio')})",
         )
         for p in peer["points"]
     ]
