@@ -7,6 +7,7 @@ MEDIA_FIXTURES is marked here; others say so with `pytest.mark.media`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -22,12 +23,20 @@ from rtc_omni.client.peer import UnderstandClient
 from rtc_omni.config import Settings
 from rtc_omni.engines import Engines, SyntheticEngine, SyntheticVideoEngine, create_engines
 from rtc_omni.engines.synthetic import tone_voice
+from rtc_omni.event_loop import loop_factory
 from rtc_omni.signaling.keys import ENGINES, REGISTRY
 
 from .tools import require_tool
 from .wsclient import WsClient
 
 patches.apply()  # every peer of the suite gathers on 127.0.0.1 only, as the servers do
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], Any]]:
+    """Every test runs on the loop `rtc-omni serve` runs by default (--event-loop auto: uvloop)."""
+    factory = loop_factory("auto")
+    return {"uvloop" if factory is not None else "asyncio": factory or asyncio.new_event_loop}
+
 
 FAST_SETTINGS = dict(
     host="127.0.0.1",

@@ -17,7 +17,7 @@ import math
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -169,8 +169,8 @@ class _CountedConnection(asyncio.Protocol):
         self._address = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         if self._limit.open[self._address] >= self._limit.per_client:
             logger.warning("refusing a connection: %s already has %d open", self._address, self._limit.per_client)
-            assert isinstance(transport, asyncio.Transport)
-            transport.write(REFUSAL)
+            # a stream transport, though uvloop's is no subclass of asyncio.Transport
+            cast(asyncio.WriteTransport, transport).write(REFUSAL)
             transport.close()
             return
         self._limit.open[self._address] += 1
