@@ -29,9 +29,9 @@ from rtc_omni.app import create_app
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ReceivedVideoFrame, ToneAudioTrack
 from rtc_omni.client.peer import GenerateClient, UnderstandClient
 from rtc_omni.config import Settings
-from rtc_omni.engines import create_engines
+from rtc_omni.engines import Engines, create_engines
 
-from .conftest import FAST_SETTINGS, RunningServer
+from .conftest import FAST_SETTINGS, RunningServer, ShortSpeechEngine
 from .lossy import delay_datagrams, lossy_namespace, outage, set_random_loss
 from .test_generate_rtc import received_through
 from .test_whep import WhepPlayer, viewing
@@ -136,6 +136,7 @@ async def whip_publishing(server: RunningServer, namespace: str, outage_s: float
         session = server.registry.get(session_id).session
         controller = UnderstandClient(server.url, video=None, audio=None, token=headers["Session-Token"])
         await controller.connect(kind="control", session_id=session_id)
+        await controller.configure(modalities=["text"])  # the question is about the publisher, not the talker
         await controller.wait_event("video.frame.ack", timeout=20)
         frames_before, started = session.counters.frames_received, time.monotonic()
         if outage_s:
@@ -155,12 +156,16 @@ async def whip_publishing(server: RunningServer, namespace: str, outage_s: float
         await pc.close()
 
 
-async def measure_inside(namespace: str, outage_s: float) -> dict[str, Any]:
-    """Run the probe's sessions against an in-process server; call inside the lossy namespace."""
+async def measure_inside(namespace: str, outage_s: float, spoken_sentences: int | None = None) -> dict[str, Any]:
+    """Run the probe's sessions against an in-process server; call inside the lossy namespace.
+    `spoken_sentences` makes the talker speak only the answer's first sentences (tests/conftest.py)."""
     settings = Settings(
         **{**FAST_SETTINGS, "synthetic_chunk_frames": 24, "synthetic_first_chunk_latency": 0.3}  # type: ignore[arg-type]
     )
-    test_server = TestServer(create_app(settings, engines=await create_engines(settings)), host="127.0.0.1", port=0)
+    engines = await create_engines(settings)
+    if spoken_sentences is not None:
+        engines = Engines(understand=ShortSpeechEngine(settings, spoken_sentences), generate=engines.generate)
+    test_server = TestServer(create_app(settings, engines=engines), host="127.0.0.1", port=0)
     await test_server.start_server()
     try:
         server = RunningServer(test_server)
@@ -174,12 +179,19 @@ async def measure_inside(namespace: str, outage_s: float) -> dict[str, Any]:
 
 
 def measure(
-    loss_percent: int = 0, outage_s: float = 0.0, delay_ms: int = 0, jitter_ms: int = 0, timeout: float = 180.0
+    loss_percent: int = 0,
+    outage_s: float = 0.0,
+    delay_ms: int = 0,
+    jitter_ms: int = 0,
+    spoken_sentences: int | None = None,
+    timeout: float = 180.0,
 ) -> dict[str, Any]:
     """Make a lossy namespace, run the probe inside it, and return its figures."""
     with lossy_namespace() as namespace:
         set_random_loss(namespace, loss_percent)
         command = ["ip", "netns", "exec", namespace, sys.executable, "-m", "tests.lossy_probe", "--inside", namespace]
+        if spoken_sentences is not None:
+            command += ["--spoken-sentences", str(spoken_sentences)]
         environment = {**os.environ, "PYTHONPATH": str(ROOT)}
         done = subprocess.run(
             [*command, "--outage", str(outage_s), "--delay-ms", str(delay_ms), "--jitter-ms", str(jitter_ms)],
@@ -202,14 +214,16 @@ def main() -> None:
     parser.add_argument("--outage", type=float, default=0.0, help="seconds of total UDP loss, twice per generation")
     parser.add_argument("--delay-ms", type=int, default=0, help="one-way delay of every datagram (tests/lossy.py)")
     parser.add_argument("--jitter-ms", type=int, default=0, help="± this much, uniform, around the delay")
+    parser.add_argument("--spoken-sentences", type=int, help="the talker speaks only the answer's first N sentences")
     parser.add_argument("--inside", metavar="NAMESPACE", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inside:
         if args.delay_ms or args.jitter_ms:
             delay_datagrams(args.delay_ms / 1000, args.jitter_ms / 1000)
-        print(json.dumps(asyncio.run(measure_inside(args.inside, args.outage))))
+        print(json.dumps(asyncio.run(measure_inside(args.inside, args.outage, args.spoken_sentences))))
     else:
-        print(json.dumps(measure(args.loss, args.outage, args.delay_ms, args.jitter_ms), indent=2))
+        figures = measure(args.loss, args.outage, args.delay_ms, args.jitter_ms, args.spoken_sentences)
+        print(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

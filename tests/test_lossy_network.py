@@ -30,6 +30,7 @@ from .lossy_probe import FRAMES, measure
 pytestmark = pytest.mark.slow
 
 RECEIVER_HEAD = 12  # a PLI's keyframe within 0.5 s at 24 fps
+SPOKEN_SENTENCES = 3  # ~4 s of talker, across which the outage falls (the whole answer: ~10 s)
 
 
 def names_red_and_the_tone(answer: str) -> bool:
@@ -54,7 +55,7 @@ def assert_whip_publishing_continued(whip: dict[str, Any]) -> None:
 
 def test_two_percent_loss_and_30_ms_of_jittered_delay_lose_no_frame_and_keep_the_talker_heard() -> None:
     require_nftables()
-    figures = measure(loss_percent=2, delay_ms=30, jitter_ms=10)
+    figures = measure(loss_percent=2, delay_ms=30, jitter_ms=10, spoken_sentences=SPOKEN_SENTENCES)
     for watcher in ("creator", "whep_viewer"):
         assert_whole_and_in_order(figures["generation"][watcher])
     turn = figures["understanding"]
@@ -66,7 +67,7 @@ def test_two_percent_loss_and_30_ms_of_jittered_delay_lose_no_frame_and_keep_the
 def test_video_recovers_within_a_second_of_an_outage_and_the_turn_still_answers() -> None:
     require_nftables()
     outage_s = 0.5
-    figures = measure(outage_s=outage_s)
+    figures = measure(outage_s=outage_s, spoken_sentences=SPOKEN_SENTENCES)
     for watcher in ("creator", "whep_viewer"):
         video = figures["generation"][watcher]
         assert_whole_and_in_order(video)
