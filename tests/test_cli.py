@@ -1,8 +1,15 @@
 """The installed `rtc-omni` command as a user runs it: serve, connect with the client, Ctrl-C,
-README's quickstart, and the message each mistake gets."""
+README's quickstart, and the message each mistake gets.
+
+The commands that serve, stream or stop run as processes (`python -m rtc_omni`); the mistakes,
+`--help` and the refusals the client reports call the same `main(argv)` in this process
+(`run_cli`), as each process start costs more than a second of imports.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -16,9 +23,12 @@ import urllib.error
 import urllib.request
 import wave
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
+
+from rtc_omni.cli import main
 
 from .tools import require_tool
 
@@ -62,12 +72,22 @@ def stop(process: subprocess.Popen[str]) -> None:
         process.wait()
 
 
+SERVE_FAST = ("--synthetic-voice", "tone", "--synthetic-token-rate", "200")
+
+
 @pytest.fixture
 def served(request: pytest.FixtureRequest):
-    url, process = start_server(
-        "--synthetic-voice", "tone", "--synthetic-token-rate", "200", *getattr(request, "param", [])
-    )
+    """A server of this test's own (it stops it, or passes flags as the fixture's param)."""
+    url, process = start_server(*SERVE_FAST, *getattr(request, "param", []))
     yield url, process
+    stop(process)
+
+
+@pytest.fixture(scope="module")
+def shared_server():
+    """One server for the tests that only connect to it; each client's session ends with its command."""
+    url, process = start_server(*SERVE_FAST)
+    yield url
     stop(process)
 
 
@@ -111,8 +131,8 @@ def test_readme_quickstart_works_as_written_with_a_spoken_answer(tmp_path: Path)
     assert voiced_seconds > 2, f"{voiced_seconds:.2f} s of speech in talker.wav"
 
 
-def test_client_command_prints_the_answer_and_saves_the_talker(served, tmp_path: Path) -> None:
-    url, _ = served
+def test_client_command_prints_the_answer_and_saves_the_talker(shared_server: str, tmp_path: Path) -> None:
+    url = shared_server
     wav_path = tmp_path / "talker.wav"
     done = subprocess.run(
         [
@@ -191,10 +211,10 @@ def test_ctrl_c_closes_open_sessions_and_exits(served) -> None:
         client.wait()
 
 
-def test_generate_command_receives_and_writes_the_video(served, tmp_path: Path) -> None:
+def test_generate_command_receives_and_writes_the_video(shared_server: str, tmp_path: Path) -> None:
     import av
 
-    url, _ = served
+    url = shared_server
     out = tmp_path / "received.mp4"
     done = subprocess.run(
         [
@@ -272,10 +292,15 @@ def test_json_logs_name_the_session_on_every_session_line(served) -> None:
     assert any(line["logger"].startswith("aioice") for line in mine)  # aioice's own lines carry it too
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*RTC_OMNI, *args], env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout
-    )
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`rtc-omni ARGS` as `main(ARGS)` in this process, its exit status and output as a process's."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with mock.patch.dict(os.environ, env or {}), contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            returncode = main(list(args))
+        except SystemExit as stopped:  # argparse: --help, or a flag it refuses
+            returncode = stopped.code if isinstance(stopped.code, int) else 1
+    return subprocess.CompletedProcess(["rtc-omni", *args], returncode, stdout.getvalue(), stderr.getvalue())
 
 
 def assert_plain_error(done: subprocess.CompletedProcess[str], expected: str) -> None:
@@ -308,7 +333,8 @@ def test_a_busy_port_is_named_and_no_ready_banner_is_printed() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = run_cli("serve", "--port", str(port))
+        # a process: serve configures logging for the whole process, and the banner is printed past it
+        done = subprocess.run([*RTC_OMNI, "serve", "--port", str(port)], capture_output=True, text=True, timeout=60)
     assert_plain_error(done, f"127.0.0.1:{port} is already in use")
     assert "--port" in done.stderr
 
@@ -327,9 +353,9 @@ def test_help_shows_defaults_and_explains_every_flag() -> None:
     assert "Default: 8080." in run_cli("serve", "--help").stdout
 
 
-def test_an_answer_longer_than_the_timeout_is_reported_after_its_text(served) -> None:
+def test_an_answer_longer_than_the_timeout_is_reported_after_its_text(shared_server: str) -> None:
     """--timeout bounds the whole turn; the text is shown as it streams, before the speech ends."""
-    url, _ = served
+    url = shared_server
     done = run_cli(
         "client", "understand", "--server", url, "--video", "colour:green", "--audio", "none",
         "--width", "160", "--height", "120", "--warmup", "0.5", "--query", "hi", "--timeout", "3",
