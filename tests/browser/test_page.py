@@ -132,7 +132,7 @@ async def screenshot(page: Page, folder: Path, name: str) -> Path:
 async def test_talk_answer_names_the_camera_colour_and_the_talker_is_heard(
     make_server: Any, open_page: PageFactory, artifacts: Path
 ) -> None:
-    server = await make_server()
+    server = await make_server(spoken_sentences=2)  # ~4 s of the answer spoken; the text is all of it
     page = await open_page(server.url)
     await connect_talk(page)
     await ask(page, "What colour do you see?")
@@ -303,7 +303,7 @@ async def test_a_refused_camera_says_so(make_server: Any, open_page: PageFactory
 async def test_state_and_meters_follow_the_microphone_and_the_talker_at_phone_width(
     make_server: Any, open_page: PageFactory, artifacts: Path
 ) -> None:
-    server = await make_server()
+    server = await make_server(spoken_sentences=3)  # ~5 s of speech: the checks while it speaks take ~1 s
     page = await open_page(server.url, width=PHONE_WIDTH, height=844)
     state = page.locator("#talk-state")
     await expect(state).to_have_attribute("data-state", "off")
