@@ -1,5 +1,9 @@
-"""Opening and closing a hundred sessions leaves nothing behind: tasks, file descriptors, peer
-connections, registry entries. Resident memory growth is printed for the closing note."""
+"""Opening and closing many sessions leaves nothing behind: tasks, file descriptors, peer
+connections, registry entries. Resident memory growth is printed for the closing note.
+
+Every count must return to its starting value, so a leak of one per session fails at any number
+of sessions: 30 by default (10 per ending); LEAK_SESSIONS=100 for the figure in docs/operations.md.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from .test_lifecycle import server_tasks, wait_until
 
 pytestmark = pytest.mark.media
 
-SESSIONS = 100
+SESSIONS = int(os.environ.get("LEAK_SESSIONS", "30"))
 
 
 def open_fds() -> int:
@@ -61,9 +65,8 @@ async def one_session(server: RunningServer, ending: str) -> None:
     await wait_until(lambda: client.session_id not in server.registry, timeout=15)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)
-async def test_a_hundred_sessions_leave_nothing_behind(server: RunningServer) -> None:
+async def test_many_sessions_leave_nothing_behind(server: RunningServer) -> None:
     await one_session(server, "delete")  # warm up imports, codecs and pools before counting
     await asyncio.sleep(0.5)
     fds, rss = open_fds(), rss_mib()
