@@ -1,14 +1,17 @@
 """A real FFmpeg WHIP publisher (PyAV's bundled FFmpeg 8 `whip` muxer), run as a subprocess.
 
 Publishes a solid-colour H.264 picture (Baseline, no B-frames) and an Opus 48 kHz stereo tone,
-paced in real time, then closes the muxer, which sends DELETE to the session's Location.
+paced in real time, then closes the muxer, which sends DELETE to the session's Location. It stops
+after SECONDS, or earlier once its stdin is closed (the test has seen enough).
 Usage: python -m tests.ffmpeg_whip_publisher URL TOKEN CERT KEY SECONDS
 """
 
 from __future__ import annotations
 
+import select
 import sys
 import time
+from collections.abc import Callable
 
 import av
 import numpy as np
@@ -19,7 +22,21 @@ AUDIO_FRAME = 960
 WIDTH, HEIGHT = 320, 240
 
 
-def publish(url: str, token: str, cert: str, key: str, seconds: float, rgb=(255, 0, 0), hz: float = 440.0) -> None:
+def stdin_closed() -> bool:
+    """Whether stdin reads at once (EOF: the test closed it), without waiting."""
+    return bool(select.select([sys.stdin], [], [], 0)[0])
+
+
+def publish(
+    url: str,
+    token: str,
+    cert: str,
+    key: str,
+    seconds: float,
+    rgb=(255, 0, 0),
+    hz: float = 440.0,
+    stop: Callable[[], bool] = lambda: False,
+) -> None:
     options = {
         "authorization": token,
         "cert_file": cert,
@@ -41,6 +58,8 @@ def publish(url: str, token: str, cert: str, key: str, seconds: float, rgb=(255,
         samples_sent = 0
         start = time.monotonic()
         for index in range(int(seconds * FPS)):
+            if stop():
+                break
             frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
             frame.pts = index
             for packet in video.encode(frame):
@@ -60,4 +79,4 @@ def publish(url: str, token: str, cert: str, key: str, seconds: float, rgb=(255,
 
 if __name__ == "__main__":
     url, token, cert, key, seconds = sys.argv[1:6]
-    publish(url, token, cert, key, float(seconds))
+    publish(url, token, cert, key, float(seconds), stop=stdin_closed)
