@@ -121,8 +121,9 @@ async def stats_until(server: RunningServer, call: Call, ready: Any) -> dict[str
 
 
 async def test_the_spoken_answer_names_the_cameras_colour_and_the_microphones_tone(
-    server: RunningServer, call: Call
+    make_server: ServerFactory, call: Call
 ) -> None:
+    server = await make_server(spoken_sentences=2)  # ~4 s of speech; the transcript is the whole answer
     await call.connect(server, {"type": "realtime", "instructions": "Be brief."})
     await stats_until(server, call, lambda s: s["audio_ms_buffered"] >= 1000 and s["camera_frames"] >= 1)
     mark = len(call.events)
@@ -212,7 +213,8 @@ async def test_a_form_without_sdp_or_with_a_bad_session_gets_400(server: Running
         assert code == 400 and expected in answer["error"]
 
 
-async def test_a_whep_player_hears_the_calls_talker(server: RunningServer, call: Call) -> None:
+async def test_a_whep_player_hears_the_calls_talker(make_server: ServerFactory, call: Call) -> None:
+    server = await make_server(spoken_sentences=1)  # the player need hear only some of it
     await call.connect(server, {"type": "realtime"})
     player = WhepPlayer("audio")
     await player.play(server, call.call_id, {"Authorization": f"Bearer {call.view_token}"})
