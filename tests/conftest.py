@@ -8,6 +8,7 @@ MEDIA_FIXTURES is marked here; others say so with `pytest.mark.media`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -109,8 +110,9 @@ class RunningServer:
 ServerFactory = Callable[..., Awaitable[RunningServer]]
 
 
-@pytest.fixture
-async def make_server() -> AsyncIterator[ServerFactory]:
+@contextlib.asynccontextmanager
+async def server_factory() -> AsyncIterator[ServerFactory]:
+    """Make servers (see `factory`) until the block ends, then close them; `make_server` as a block."""
     servers: list[TestServer] = []
 
     async def factory(
@@ -128,9 +130,17 @@ async def make_server() -> AsyncIterator[ServerFactory]:
         servers.append(server)
         return RunningServer(server)
 
-    yield factory
-    for server in servers:
-        await server.close()
+    try:
+        yield factory
+    finally:
+        for server in servers:
+            await server.close()
+
+
+@pytest.fixture
+async def make_server() -> AsyncIterator[ServerFactory]:
+    async with server_factory() as factory:
+        yield factory
 
 
 @pytest.fixture

@@ -4,6 +4,10 @@ Chromium's ICE agent cannot be restricted to 127.0.0.1 from outside, so these te
 network namespace whose one interface is `lo` (`.ci/run` makes one). Outside it, or without
 Chromium or the `playwright` package, they skip, except under CI (`CI=true`), where they fail.
 Playwright launches Debian's `/usr/bin/chromium`; `playwright install` is never needed.
+
+One Chromium serves a whole test module (each test has a browser context of its own): launching
+it costs over a second of CPU. Playwright's objects belong to the event loop that made them, so the
+browser tests run in their module's loop (`BROWSER_LOOP`), and so do the async fixtures they use.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
+from ..conftest import ServerFactory, server_factory
 from ..tools import require_loopback_namespace, require_tool, unavailable
 
 CHROMIUM = os.environ.get("RTC_OMNI_CHROMIUM", "/usr/bin/chromium")
@@ -35,6 +41,9 @@ CHROMIUM_FLAGS = [
     "--disable-quic",
     "--autoplay-policy=no-user-gesture-required",
 ]
+
+# Each browser test module marks its tests with this, so they share the module's Chromium.
+BROWSER_LOOP = pytest.mark.asyncio(loop_scope="module")
 
 # What the fake camera shows and the fake microphone plays: the page's answers must name them.
 CAMERA_COLOUR = ("blue", (0, 0, 255))
@@ -89,7 +98,14 @@ def artifacts(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     return folder
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
+async def make_server() -> AsyncIterator[ServerFactory]:
+    """tests/conftest.py's `make_server`, in the module's loop (BROWSER_LOOP)."""
+    async with server_factory() as factory:
+        yield factory
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def browser(fake_media: tuple[Path, Path]) -> AsyncIterator[Any]:
     require_loopback_namespace()  # Chromium's ICE agent cannot be kept on 127.0.0.1 otherwise
     try:
@@ -146,7 +162,7 @@ class PageProblems:
 PageFactory = Callable[..., Awaitable[Any]]
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
 async def open_page(browser: Any) -> AsyncIterator[PageFactory]:
     """Open the client page of a server; at the end, assert the page had no console errors or failed requests."""
     contexts: list[Any] = []

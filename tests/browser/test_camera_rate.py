@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ..tools import under_ci
-from .conftest import PageFactory
+from .conftest import BROWSER_LOOP, PageFactory
 from .test_page import connect_talk
 
 try:
@@ -21,6 +21,8 @@ except ImportError:
     if under_ci():
         raise
     pytest.skip("the playwright package is not installed (pip install -e '.[test]')", allow_module_level=True)
+
+pytestmark = BROWSER_LOOP
 
 CAPTURE_FPS = 30
 WINDOW_S = 3.0

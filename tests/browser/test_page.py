@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ..tools import under_ci
-from .conftest import CAMERA_COLOUR, MIC_TONE_HZ, PageFactory
+from .conftest import BROWSER_LOOP, CAMERA_COLOUR, MIC_TONE_HZ, PageFactory
 
 try:
     from playwright.async_api import Page, expect
@@ -22,6 +22,8 @@ except ImportError:
     if under_ci():
         raise  # under CI a missing playwright fails the run
     pytest.skip("the playwright package is not installed (pip install -e '.[test]')", allow_module_level=True)
+
+pytestmark = BROWSER_LOOP
 
 INBOUND_STATS = """async ([view, kind]) => {
   const session = window.rtcOmni[view].session;

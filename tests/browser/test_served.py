@@ -10,6 +10,8 @@ import aiohttp
 
 from rtc_omni.app import STATIC_DIR
 
+from .conftest import BROWSER_LOOP
+
 
 async def fetch(server: Any, path: str) -> tuple[int, str, str]:
     async with aiohttp.ClientSession() as http:
@@ -17,6 +19,7 @@ async def fetch(server: Any, path: str) -> tuple[int, str, str]:
             return response.status, response.headers.get("Content-Type", ""), await response.text()
 
 
+@BROWSER_LOOP  # this folder's make_server runs in the module's loop
 async def test_root_serves_the_page_and_every_asset_it_loads(make_server: Any) -> None:
     server = await make_server()
     status, content_type, html = await fetch(server, "/")
