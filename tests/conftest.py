@@ -50,7 +50,7 @@ FAST_SETTINGS = dict(
 )
 
 
-MEDIA_FIXTURES = {"make_client", "coturn", "browser", "served"}
+MEDIA_FIXTURES = {"make_client", "coturn", "browser", "served", "shared_server"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
