@@ -30,7 +30,10 @@ from .lossy_probe import FRAMES, measure
 pytestmark = pytest.mark.slow
 
 RECEIVER_HEAD = 12  # a PLI's keyframe within 0.5 s at 24 fps
-SPOKEN_SENTENCES = 3  # ~4 s of talker, across which the outage falls (the whole answer: ~10 s)
+# ~5.5 s of talker, across which the outage falls (the whole answer: ~10 s). The random-loss test
+# speaks the whole answer: at 2 % loss a listener hears 80-89 % of the talker (docs/benchmarks.md),
+# and over 5.5 s one unlucky run fell to 74 %, under the 75 % the test asks.
+SPOKEN_SENTENCES = 3
 
 
 def names_red_and_the_tone(answer: str) -> bool:
@@ -55,7 +58,7 @@ def assert_whip_publishing_continued(whip: dict[str, Any]) -> None:
 
 def test_two_percent_loss_and_30_ms_of_jittered_delay_lose_no_frame_and_keep_the_talker_heard() -> None:
     require_nftables()
-    figures = measure(loss_percent=2, delay_ms=30, jitter_ms=10, spoken_sentences=SPOKEN_SENTENCES)
+    figures = measure(loss_percent=2, delay_ms=30, jitter_ms=10)
     for watcher in ("creator", "whep_viewer"):
         assert_whole_and_in_order(figures["generation"][watcher])
     turn = figures["understanding"]
