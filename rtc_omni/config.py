@@ -180,7 +180,7 @@ class Settings(BaseModel):
     )
     event_loop: EventLoopChoice = Field(
         "auto",
-        description="The event loop every server process runs: 'uvloop' (libuv; 5 % less CPU per "
+        description="The event loop every server process runs: 'uvloop' (libuv; about 4 % less CPU per "
         "session, docs/benchmarks.md), 'asyncio' (the standard library's), 'auto': uvloop where it is installed.",
     )
     engine_start_timeout: float = Field(

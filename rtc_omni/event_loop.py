@@ -2,7 +2,7 @@
 
 uvloop (libuv) does the loop's own work in C: waking on sockets, timers, datagram reads and
 writes. A session's media is mostly small datagrams and timers, so the loop's share of its CPU is
-large; on uvloop one understanding session costs about 5 % less (docs/benchmarks.md). aiortc,
+large; on uvloop one understanding session costs about 4 % less (docs/benchmarks.md). aiortc,
 aioice and aiohttp run on it unchanged. `--event-loop asyncio` keeps the standard library's.
 """
 

@@ -71,10 +71,10 @@ def printable_only(config: dict[str, Any], model: Path) -> dict[str, Any]:
     return {**config, "sampling_params_list": [{**thinker, "allowed_token_ids": allowed}, *rest]}
 
 
-# An answer to interrupt: 100 thinker tokens keep its request running for seconds after its first
-# text delta (~100 tokens a second alone, slower under load), and the next turn, which runs with it
-# too, short (400 tokens made that turn 6 s alone and over a minute in the suite).
-LONG = {"sampling_params_list": [{"max_tokens": 100}, {"max_tokens": 48}]}
+# An answer to interrupt: 400 thinker tokens keep its request running long after its first text
+# delta, even on a busy machine. 100 made the next turn (which runs with it too) shorter, but in one
+# clean-clone CI run vLLM-Omni then logged no abort of the first request within 30 s.
+LONG = {"sampling_params_list": [{"max_tokens": 400}, {"max_tokens": 48}]}
 
 
 def vllm_python() -> str:
