@@ -2,7 +2,7 @@
 that owns it, whichever worker the kernel hands the connection to; one --max-sessions across them;
 a scrape of /metrics on any worker counts them all; a dead worker stops the server with a log line
 naming it. The engine process of `--engine vllm --workers N` (here serving the synthetic engine;
-tests/test_vllm_cpu_qwen2_5_omni.py runs the real one)."""
+tests/test_vllm_cpu_workers.py runs the real one)."""
 
 from __future__ import annotations
 

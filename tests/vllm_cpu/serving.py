@@ -5,23 +5,19 @@ The server runs in the vLLM environment (tests/vllm_cpu/env.sh), named by RTC_OM
 for the contract checks; the peers run here. Without that environment the tests skip (fail under
 CI). A server starts in half a minute to two minutes on two cores, so each model's server is
 shared by the tests of its file, and each model family has a file of its own, so that the suite's
-workers start them side by side. Qwen2.5-Omni is loaded once for the single-process and the
-`--workers 2` tests: the engine process of `--workers 2` is the single-process server
-(`engine_process`). The models are noise: the tests check plumbing, not answers.
+workers start them side by side. The models are noise: the tests check plumbing, not answers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import functools
 import io
 import json
 import math
 import os
 import re
-import signal
 import subprocess
 import tempfile
 import time
@@ -40,7 +36,6 @@ from rtc_omni.client.peer import UnderstandClient
 
 from ..tools import require_loopback_namespace, unavailable
 from ..wsclient import WsClient, jpeg_b64, tone_pcm_b64
-from .process_tree import process_tree
 
 # Marks for every file of these tests: a test's limit covers its share of its file's server start
 # (pytest-timeout counts fixture setup).
@@ -71,9 +66,6 @@ def printable_only(config: dict[str, Any], model: Path) -> dict[str, Any]:
     return {**config, "sampling_params_list": [{**thinker, "allowed_token_ids": allowed}, *rest]}
 
 
-# An answer to interrupt: 400 thinker tokens keep its request running long after its first text
-# delta, even on a busy machine. 100 made the next turn (which runs with it too) shorter, but in one
-# clean-clone CI run vLLM-Omni then logged no abort of the first request within 30 s.
 LONG = {"sampling_params_list": [{"max_tokens": 400}, {"max_tokens": 48}]}
 
 
@@ -163,24 +155,13 @@ def serve(python: str, model: Path, *options: str) -> Iterator[Served]:
         timed(f"server ready ({model.name})", started)
         yield served
     finally:
-        # Killed, not stopped: a Qwen-Omni server takes 7-11 s and as many CPU-seconds to stop its stage
-        # processes, and nothing here checks that stop (tests/test_vllm_cpu_workers.py checks one).
-        for pid in process_tree(process.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        process.wait(timeout=30)
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
         log.unlink(missing_ok=True)
-
-
-def engine_process(served: Served) -> Served:
-    """The engine process of `served` (started with `--workers N`): `rtc-omni serve --engine vllm`
-    as one process, with the server's settings, on 127.0.0.1 (rtc_omni/workers/engine_process.py).
-    Tests of the single-process server talk to it directly, so one model load serves both."""
-    found = re.search(
-        r"vLLM engine process \(pid \d+\) ready at ws://([\d.]+:\d+)", served.log.read_text(errors="replace")
-    )
-    assert found, served.tail()
-    return Served(f"http://{found[1]}", served.process, served.log)
 
 
 async def understand_client(served: Served, config: dict[str, Any]) -> UnderstandClient:
