@@ -174,8 +174,11 @@ async def test_pings_keep_a_slow_engine_alive(make_server: ServerFactory) -> Non
 
 
 async def test_a_slow_engine_makes_the_track_wait_without_a_burst(make_server: ServerFactory) -> None:
+    # Each chunk plays for 1/3 s and the next comes 1.5 s after it: a stall of ~1.2 s at the peer,
+    # which a loop hiccup of up to ~0.7 s in this process (server and peer share it) cannot hide
+    # below the 0.5 s threshold. (With 1.0 s, a 0.3 s hiccup left 0.51 s.)
     server = await make_server(
-        synthetic_chunk_frames=10, synthetic_first_chunk_latency=0.05, synthetic_chunk_latency=1.0
+        synthetic_chunk_frames=10, synthetic_first_chunk_latency=0.05, synthetic_chunk_latency=1.5
     )
     client = await connect(server)
     try:
