@@ -31,7 +31,7 @@ from aiortc import RTCPeerConnection, RTCRtpReceiver, RTCSessionDescription
 from rtc_omni import patches
 from rtc_omni.client.media import ColourVideoTrack, camera_send_fps
 from rtc_omni.client.peer import prefer_video_codec
-from rtc_omni.media.images import frame_to_image
+from rtc_omni.media.images import fit_frame, frame_to_jpeg
 from rtc_omni.media.ingest import FrameSampler, iter_frames
 from rtc_omni.signaling.ice import rtc_configuration
 
@@ -105,7 +105,7 @@ async def measure(mode: str, codec: str, seconds: float) -> dict[str, float]:
         async for frame in iter_frames(track):
             counts["decoded"] += 1
             if keyframes or sampler.take(float(frame.pts * frame.time_base), SAMPLE_FPS):
-                await asyncio.to_thread(frame_to_image, frame, MAX_PIXELS)
+                await asyncio.to_thread(lambda f=frame: frame_to_jpeg(fit_frame(f, MAX_PIXELS), 90))
                 counts["sampled"] += 1
 
     pc.on("track", lambda track: tasks.append(asyncio.ensure_future(drain(track))))

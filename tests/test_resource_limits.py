@@ -101,14 +101,14 @@ class _Sink:
     def note_frame_received(self) -> None:
         pass
 
-    async def add_track_frame(self, image: Image.Image, pts_ms: Any, received_ts_ms: float) -> None:
-        self.sizes.append(image.size)
+    async def add_track_frame(self, frame: av.VideoFrame, pts_ms: Any, received_ts_ms: float) -> None:
+        self.sizes.append((frame.width, frame.height))
 
     def add_track_audio(self, pcm16: bytes) -> None:
         pass
 
 
-async def test_rtp_frames_over_the_cap_are_scaled_down_before_their_rgb_copy() -> None:
+async def test_rtp_frames_over_the_cap_are_scaled_down_before_their_jpeg() -> None:
     sink = _Sink()
     await asyncio.wait_for(ingest_video(_FrameTrack(3840, 2160, 3), sink, 1280 * 720), 10)  # type: ignore[arg-type]
     assert sink.sizes == [(1280, 720)] * 3

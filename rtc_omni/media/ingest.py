@@ -1,8 +1,8 @@
 """Ingest: drain the peer's camera and microphone tracks into what a session consumes.
 
 aiortc decodes every RTP frame into an unbounded queue; these loops empty it continuously. Video is
-sampled by media time at the session's `sample_fps`, and only sampled frames are colour-converted
-and handed on; audio is resampled to 16 kHz mono PCM16 with av.AudioResampler.
+sampled by media time at the session's `sample_fps`, and only sampled frames are scaled to fit,
+converted to JPEG's full-range YUV and handed on; audio is resampled to 16 kHz mono PCM16 with av.AudioResampler.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from typing import Any, Protocol
 
 import av
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
-from PIL import Image
 
 from ..engines.base import INPUT_SAMPLE_RATE
-from .images import frame_to_image
+from .images import fit_frame
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +32,9 @@ class MediaSink(Protocol):
 
     def note_frame_received(self) -> None: ...
 
-    async def add_track_frame(self, image: Image.Image, pts_ms: float | None, received_ts_ms: float) -> None: ...
+    async def add_track_frame(self, frame: av.VideoFrame, pts_ms: float | None, received_ts_ms: float) -> None:
+        """A sampled frame, already `fit_frame`d."""
+        ...
 
     def add_track_audio(self, pcm16: bytes) -> None: ...
 
@@ -90,8 +91,8 @@ async def ingest_video(track: MediaStreamTrack, sink: MediaSink, max_pixels: int
         pts_s = _pts_seconds(frame)
         if not sampler.take(pts_s if pts_s is not None else received_ts_ms / 1000.0, fps):
             continue
-        image = await asyncio.to_thread(frame_to_image, frame, max_pixels)
-        await sink.add_track_frame(image, None if pts_s is None else pts_s * 1000.0, received_ts_ms)
+        fitted = await asyncio.to_thread(fit_frame, frame, max_pixels)
+        await sink.add_track_frame(fitted, None if pts_s is None else pts_s * 1000.0, received_ts_ms)
 
 
 async def ingest_audio(track: MediaStreamTrack, sink: MediaSink) -> None:

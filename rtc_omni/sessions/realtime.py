@@ -19,7 +19,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import numpy as np
+import av
 from PIL import Image
 from pydantic import ValidationError
 
@@ -639,9 +639,9 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
     def note_frame_received(self) -> None:
         self._touch()
 
-    async def add_track_frame(self, image: Image.Image, pts_ms: float | None, received_ts_ms: float) -> None:
+    async def add_track_frame(self, frame: av.VideoFrame, pts_ms: float | None, received_ts_ms: float) -> None:
         """A sampled camera frame: the newest few go with each response, after the pinned images."""
-        rgb = await asyncio.to_thread(lambda: np.asarray(image.convert("RGB")))
+        rgb = await asyncio.to_thread(frame.to_ndarray, format="rgb24")
         self._camera.append(TurnFrame(frame_id=None, pts_ms=pts_ms, pixels=rgb))
 
     def add_track_audio(self, pcm16: bytes) -> None:

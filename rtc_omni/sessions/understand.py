@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import io
 import logging
 import time
 import uuid
@@ -20,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
+import av
 import numpy as np
 from PIL import Image
 
@@ -39,7 +39,7 @@ from ..engines.base import (
 )
 from ..media.echo import EchoReference
 from ..media.evs import FrameSimilarityFilter
-from ..media.images import ImageTooLarge, open_image
+from ..media.images import ImageTooLarge, frame_thumbnail, frame_to_jpeg, open_image
 from ..media.vad import SpeechStarted, SpeechStopped
 from ..media.wav import float_to_pcm16, wav_base64
 from ..protocol import understand as proto
@@ -77,12 +77,6 @@ class Talker(Protocol):
 
 def _now_ms() -> float:
     return time.monotonic() * 1000.0
-
-
-def _encode_jpeg(image: Image.Image) -> bytes:
-    out = io.BytesIO()
-    image.save(out, format="JPEG", quality=TRACK_JPEG_QUALITY)
-    return out.getvalue()
 
 
 @dataclass
@@ -370,7 +364,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             return
         self._buffer_frame(frame, retained)
 
-    async def add_track_frame(self, image: Image.Image, pts_ms: float | None, received_ts_ms: float) -> None:
+    async def add_track_frame(self, frame: av.VideoFrame, pts_ms: float | None, received_ts_ms: float) -> None:
         """A sampled camera frame: EVS, JPEG for the buffer, ack. Runs only for sampled frames."""
         if self.state != "active":
             return
@@ -380,21 +374,23 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         track_filter = self._track_filter
 
         def evaluate() -> tuple[bool, bytes]:
-            keep = track_filter is None or track_filter.should_retain(image)
-            return keep, _encode_jpeg(image)
+            keep = track_filter is None or track_filter.should_retain_thumbnail(
+                frame_thumbnail(frame, track_filter.thumbnail_size)
+            )
+            return keep, frame_to_jpeg(frame, TRACK_JPEG_QUALITY)
 
         retained, jpeg = await asyncio.to_thread(evaluate)
         if self.state != "active":
             return
-        frame = BufferedFrame(
+        buffered = BufferedFrame(
             data=jpeg,
             frame_id=f"rtp-{self._track_frame_seq}",
             pts_ms=None if pts_ms is None else round(pts_ms, 3),
             receiver_received_ts_ms=received_ts_ms,
             decoded_ready_ts_ms=_now_ms(),
         )
-        self._latest_track_frame = _PendingFrame(frame, buffered=retained)
-        self._buffer_frame(frame, retained)
+        self._latest_track_frame = _PendingFrame(buffered, buffered=retained)
+        self._buffer_frame(buffered, retained)
 
     def _buffer_frame(self, frame: BufferedFrame, retained: bool) -> None:
         if not retained:
