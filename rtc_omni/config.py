@@ -66,6 +66,12 @@ class Settings(BaseModel):
     upstream_health_interval: float = Field(
         5.0, ge=0, description="Seconds between health checks (GET /health) of each upstream; 0 turns them off."
     )
+    upstream_api_key: str | None = Field(
+        None,
+        description="Bearer token the remote engine presents to every --upstream (Authorization: Bearer ...): "
+        "a vLLM-Omni server's --api-key, or an rtc-omni upstream's --auth-token. Prefer the environment "
+        "variable to the flag, which `ps` shows.",
+    )
 
     ice_address: list[str] = Field(
         default_factory=lambda: ["127.0.0.1"],

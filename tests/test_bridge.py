@@ -55,8 +55,10 @@ def ws_url(server: RunningServer) -> str:
     return server.url.replace("http://", "ws://")
 
 
-async def gateway(make_server: ServerFactory, *backends: RunningServer) -> RunningServer:
-    settings = Settings(**FAST_SETTINGS, engine="remote", upstream=[ws_url(b) for b in backends], upstream_retry=60)
+async def gateway(make_server: ServerFactory, *backends: RunningServer, **overrides: object) -> RunningServer:
+    settings = Settings(
+        **{**FAST_SETTINGS, **overrides}, engine="remote", upstream=[ws_url(b) for b in backends], upstream_retry=60
+    )
     engines = await create_engines(settings)
     return await make_server(engine=engines.understand, video_engine=engines.generate)
 
@@ -220,6 +222,24 @@ async def test_no_reachable_upstream_fails_the_turn_with_the_reason(
     assert result.errors == ["Query processing failed"]
     assert error["detail"] == "no upstream reachable (1 tried)"  # the address stays in the log
     assert "127.0.0.1" not in str(client.events)
+
+
+async def test_an_upstream_with_a_token_answers_a_gateway_that_presents_it_and_no_other(
+    make_server: ServerFactory, make_client: ClientFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = await make_server(auth_token="upstream-secret")
+    for key, refusal in [(None, "a request without"), ("wrong", "the")]:
+        front = await gateway(make_server, backend, upstream_api_key=key)
+        client = await make_client(front, colour="red", tone=None, config={"modalities": ["text"]})
+        await client.wait_event(where=_accepted)
+        refused = await client.ask("anyone there?")
+        assert refused.errors == ["Query processing failed"]
+        assert f"HTTP 401: it refused {refusal} --upstream-api-key" in caplog.text
+    front = await gateway(make_server, backend, upstream_api_key="upstream-secret")
+    client = await make_client(front, colour="red", tone=None, config={"modalities": ["text"]})
+    await client.wait_event(where=_accepted)
+    answered = await client.ask("What colour is the camera showing?")
+    assert not answered.errors and "mostly red" in answered.text
 
 
 async def test_a_server_without_the_endpoint_is_tried_last_from_then_on(

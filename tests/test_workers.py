@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -276,13 +277,15 @@ def test_auto_means_one_worker_per_core() -> None:
 
 def test_vllm_with_several_workers_gives_the_workers_the_engine_process_as_their_upstream() -> None:
     settings = load_settings(environ={"RTC_OMNI_ENGINE": "vllm", "RTC_OMNI_WORKERS": "2", "RTC_OMNI_MODEL": "m"})
-    worker = remote_settings(settings, "ws://127.0.0.1:4321")
+    worker = remote_settings(settings, "ws://127.0.0.1:4321", "run-token")
     assert (worker.engine, worker.upstream, worker.model) == ("remote", ["ws://127.0.0.1:4321"], "m")
-    engine = engine_settings(settings.model_copy(update={"auth_token": "secret"}), 2)
+    assert worker.upstream_api_key == "run-token"
+    engine = engine_settings(settings.model_copy(update={"auth_token": "clients-token"}), 2, "run-token")
     # Every session reaches the engine from 127.0.0.1: no per-client limit may count them as one client.
     assert (engine.engine, engine.model, engine.worker_count) == ("vllm", "m", 1)
     assert (engine.host, engine.port) == ("127.0.0.1", 0)
-    assert engine.session_rate_limit == 0 and engine.auth_token is None
+    # Any local process can reach its port: it takes the workers' token only, not the clients'.
+    assert engine.session_rate_limit == 0 and engine.auth_token == "run-token"
     assert engine.max_connections_per_client > engine.max_sessions >= settings.max_sessions
 
 
@@ -300,6 +303,12 @@ def test_the_engine_process_serves_on_loopback_once_ready_and_its_death_is_notic
         direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         with direct.open(url.replace("ws://", "http://") + "/health", timeout=10) as health:
             assert json.load(health)["status"] == "ok"
+        sessions = url.replace("ws://", "http://") + "/v1/video/chat/stream"
+        with pytest.raises(urllib.error.HTTPError, match="401"):  # a process that lacks this run's token
+            direct.open(sessions, timeout=10)
+        authorised = urllib.request.Request(sessions, headers={"Authorization": f"Bearer {engine.token}"})
+        with pytest.raises(urllib.error.HTTPError, match="400"):  # past the token: not a WebSocket upgrade
+            direct.open(authorised, timeout=10)
         assert engine.failure() is None
         os.kill(engine.pid, signal.SIGKILL)
         engine.process.wait(timeout=10)

@@ -82,6 +82,7 @@ async def create_engines(settings: Settings) -> Engines:
                 settings.upstream_connect_timeout,
                 settings.upstream_health_interval,
                 max_message_bytes,
+                settings.upstream_api_key,
             )
 
         return Engines(

@@ -45,6 +45,13 @@ class Upstream:
         return time.monotonic() >= self.down_until
 
 
+def _failure(exc: BaseException, presented_key: bool) -> str:
+    """Why a WebSocket to an upstream failed, for the log: a refused token names the setting."""
+    if isinstance(exc, aiohttp.WSServerHandshakeError) and exc.status in (401, 403):
+        return f"HTTP {exc.status}: it refused {'the' if presented_key else 'a request without'} --upstream-api-key"
+    return str(exc) or type(exc).__name__
+
+
 class UpstreamPool:
     """The upstreams of one endpoint path (understanding and generation are judged apart)."""
 
@@ -56,9 +63,11 @@ class UpstreamPool:
         connect_timeout_s: float,
         health_interval_s: float = 5.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        api_key: str | None = None,
     ) -> None:
         """`max_message_bytes`: the largest message an upstream of this endpoint may send; aiohttp
-        fails the connection at that size before buffering more."""
+        fails the connection at that size before buffering more. `api_key`: sent as a Bearer token
+        with every request to the upstreams (their WebSockets and health checks)."""
         if not urls:
             raise ValueError("the remote engine needs at least one --upstream ws://HOST:PORT")
         self.upstreams = [Upstream(url) for url in urls]
@@ -67,12 +76,13 @@ class UpstreamPool:
         self.connect_timeout_s = connect_timeout_s
         self.health_interval_s = health_interval_s
         self.max_message_bytes = max_message_bytes
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http: aiohttp.ClientSession | None = None
         self._health_task: asyncio.Task[None] | None = None
 
     def _session(self) -> aiohttp.ClientSession:
         if self._http is None:
-            self._http = aiohttp.ClientSession()
+            self._http = aiohttp.ClientSession(headers=self._headers)
         if self._health_task is None and self.health_interval_s > 0:
             self._health_task = asyncio.get_running_loop().create_task(self._watch_health())
         return self._http
@@ -127,7 +137,7 @@ class UpstreamPool:
                     ws = await http.ws_connect(upstream.url + self.path, max_msg_size=self.max_message_bytes)
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 self.mark_down(upstream)
-                failures.append(f"{upstream.url}: {exc or type(exc).__name__}")
+                failures.append(f"{upstream.url}: {_failure(exc, bool(self._headers))}")
                 continue
             upstream.active += 1
             return upstream, ws

@@ -12,6 +12,9 @@ the workers").
 
 The settings go to the child as JSON on its stdin (not its command line, where `ps` would show any
 secret in them); the child runs in a session of its own, so the parent stops it after the workers.
+Its port is open to every process on the host, so it takes only a token drawn for this run, which
+reaches the workers in memory (as their --upstream-api-key); without it a local process could use
+the model past every limit and token of the server.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import select
 import signal
 import subprocess
@@ -51,21 +55,22 @@ class EngineStartError(RuntimeError):
     """The engine process exited or did not get ready in time; the message says which."""
 
 
-def engine_settings(settings: Settings, workers: int) -> Settings:
-    """The engine process's settings: one process on 127.0.0.1, whose clients are the workers.
+def engine_settings(settings: Settings, workers: int, token: str) -> Settings:
+    """The engine process's settings: one process on 127.0.0.1, whose clients are the workers, each
+    presenting `token`.
 
     Every session reaches it from 127.0.0.1, so the per-client limits would count all of them as one
     client; twice --max-sessions leaves room for a session whose old socket is still closing while it
     opens a new one (an interrupt does that); each worker's two upstream pools keep a health-check
-    connection each, and the parent checks it too. The workers already checked the clients' tokens;
-    the ICE ports are theirs."""
+    connection each, and the parent checks it too. The workers check the clients' tokens; the ICE
+    ports are theirs."""
     sessions = 2 * settings.max_sessions
     return settings.model_copy(
         update={
             "host": LOOPBACK,
             "port": 0,
             "workers": "1",
-            "auth_token": None,
+            "auth_token": token,
             "session_rate_limit": 0,
             "max_sessions": sessions,
             "max_connections_per_client": sessions + 2 * workers + 1,
@@ -75,15 +80,16 @@ def engine_settings(settings: Settings, workers: int) -> Settings:
     )
 
 
-def remote_settings(settings: Settings, url: str) -> Settings:
+def remote_settings(settings: Settings, url: str, token: str) -> Settings:
     """A worker's settings: the remote engine, with the engine process as its one upstream."""
-    return settings.model_copy(update={"engine": "remote", "upstream": [url]})
+    return settings.model_copy(update={"engine": "remote", "upstream": [url], "upstream_api_key": token})
 
 
 class EngineProcess:
     """The engine process of `--engine vllm --workers N`, as the parent sees it."""
 
     def __init__(self, settings: Settings, workers: int) -> None:
+        self.token = secrets.token_urlsafe(32)  # what the workers present to it
         ready_reader, ready_writer = os.pipe()
         try:
             self.process = subprocess.Popen(
@@ -98,7 +104,7 @@ class EngineProcess:
         assert self.process.stdin is not None
         try:
             with self.process.stdin as stdin:
-                stdin.write(engine_settings(settings, workers).model_dump_json().encode())
+                stdin.write(engine_settings(settings, workers, self.token).model_dump_json().encode())
         except BrokenPipeError:
             pass  # it died at once: wait_ready says so
         self.url: str | None = None

@@ -115,7 +115,7 @@ def run_workers(settings: Settings, serve_worker: ServeWorker, on_listening: Cal
                 if url is None:
                     logger.info("%s before the engine was ready: stopping it", signal.Signals(stopping[0]).name)
                     return 0
-                settings = remote_settings(settings, url)
+                settings = remote_settings(settings, url, engine.token)
             for index in range(count):
                 worker = Worker(index, count, socket_dir, token_key, slots.owned_by(index))
                 process = context.Process(
