@@ -2,7 +2,8 @@
 
 aiortc decodes every RTP frame into an unbounded queue; these loops empty it continuously. Video is
 sampled by media time at the session's `sample_fps`, and only sampled frames are scaled to fit,
-converted to JPEG's full-range YUV and handed on; audio is resampled to 16 kHz mono PCM16 with av.AudioResampler.
+converted to JPEG's full-range YUV and handed on; audio is resampled to 16 kHz mono PCM16 with
+av.AudioResampler.
 """
 
 from __future__ import annotations

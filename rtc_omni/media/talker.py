@@ -34,9 +34,11 @@ RTP_CLOCK = 48_000  # Opus's RTP clock, whatever the rate encoded
 PACKET_MS_CHOICES = (20, 40, 60)
 DEFAULT_PACKET_MS = 60  # a third of the packets of 20 ms, each costing Python work at both ends
 SPEECH_BITRATE = 32_000  # wideband speech, mono
-OPUS_COMPLEXITY = 3  # of 0-10: a 60 ms packet in 0.16 ms against 0.25 at 5 and ~0.3 at 10, no loss a recogniser hears
-# libopus's "audio" application codes 32 kb/s as CELT: a 60 ms packet of speech costs ~0.25 ms of CPU
-# against ~1.05 ms for "voip" (SILK/hybrid), with no loss in what a recogniser hears (docs/benchmarks.md)
+# Of 0-10 (libopus's default is 10): a 60 ms packet in 0.16 ms against 0.25 ms at 5, the same size,
+# with no loss a recogniser hears (docs/benchmarks.md).
+OPUS_COMPLEXITY = 3
+# libopus's "audio" application codes 32 kb/s as CELT, ~4x cheaper than "voip" (SILK/hybrid), with
+# no loss in what a recogniser hears (docs/benchmarks.md)
 OPUS_APPLICATION = "audio"
 TAIL_PACKETS = 5  # aiortc's audio jitter buffer releases a packet once 4 more have arrived
 _BYTES_PER_SAMPLE = 2
