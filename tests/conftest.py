@@ -35,8 +35,8 @@ patches.apply()  # every peer of the suite gathers on 127.0.0.1 only, as the ser
 
 # OpenMP threads (torch's, in the vLLM-Omni servers of the real-vLLM tier) sleep when idle instead
 # of spinning: the suite's processes share two cores with tests that play media in real time. The
-# tier alone (tests/test_vllm_*.py, test_bridge_genuine.py) took 390 user CPU-s in 265 s spinning,
-# 317 in 232 s without.
+# tier alone (tests/test_vllm_*.py, test_bridge_genuine.py), two runs each: 265 and 257 s, 390 and
+# 396 user CPU-s with libgomp's default; 232 and 231 s, 317 and 334 CPU-s passive.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
