@@ -68,12 +68,13 @@ async def test_frames_arrive_complete_in_order_at_the_requested_rate(gen_server:
     assert done["request_id"] == start["request_id"]
     assert (done["chunks"], done["frames"], done["stopped"]) == (2, 66, False)
     gaps = [b.at - a.at for a, b in zip(frames, frames[1:])]
-    # The pace is the requested rate. One gap may be long: this process (server and peer) held by a
-    # loaded machine for over MAX_CATCH_UP_S, after which the track re-bases rather than bursting
-    # (media/video_out.py). With the loop blocked 0.6 s mid-stream the mean gap reads 0.070 s, the
-    # median 0.062 s; a 0.4 s block is caught up (mean 0.0624 s).
-    assert abs(np.median(gaps) - 1 / 16) < 0.1 / 16
-    assert sum(gap > 2 / 16 for gap in gaps) <= 1, gaps
+    # The pace is the requested rate (the median gap), and the frames came no faster than it on the
+    # whole (the mean). The mean may be longer: this process (server and peer) held by a loaded
+    # machine for over MAX_CATCH_UP_S makes the track re-base rather than burst (media/video_out.py).
+    # With the loop blocked 0.6 s mid-stream the mean gap reads 0.070 s and the median 0.062 s; a
+    # 0.4 s block is caught up (mean 0.0624 s). Shorter holds show as a long gap and a short one.
+    assert abs(np.median(gaps) - 1 / 16) < 0.1 / 16, gaps
+    assert np.mean(gaps) > 0.9 / 16, gaps
     assert {(f.width, f.height) for f in frames} == {(320, 240)}
     green = frames[len(frames) // 2].mean_rgb
     assert green[1] > green[0] + 60 and green[1] > green[2] + 60
