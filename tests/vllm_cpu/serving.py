@@ -46,12 +46,14 @@ BUILD_TIMEOUT_S = 300
 START_TIMEOUT_S = 420  # vLLM-Omni's three stage processes on a busy 2-core machine
 TURN_TIMEOUT_S = 120
 PLAYOUT_S = 1.0  # how long speech the server has sent takes to play at the peer, at most
-# A few thinker tokens and talker codes (~1 s of speech): a random talker seldom ends by itself. The
-# talker dict has no repetition_penalty: rtc-omni keeps the deploy's, without which the stage dies.
+# A few thinker tokens and talker codes (~1 s of speech). The random talker can end by itself, after
+# as few as 2 codes (57 ms of speech, once in a CI run): `min_tokens` holds it to enough to be heard
+# (with min 150 / max 200 it ended by itself at 172). The talker dict has no repetition_penalty:
+# rtc-omni keeps the deploy's, without which the stage dies.
 THINKER = {"max_tokens": 12}
-SHORT = {"sampling_params_list": [THINKER, {"max_tokens": 48}]}
-# 24 talker codes: ~2 s of speech at Qwen3-Omni's 12.5 codes a second.
-QWEN3_SHORT = {"sampling_params_list": [THINKER, {"max_tokens": 24}]}
+SHORT = {"sampling_params_list": [THINKER, {"max_tokens": 48, "min_tokens": 24}]}
+# 12-24 talker codes: 1-2 s of speech at Qwen3-Omni's 12.5 codes a second.
+QWEN3_SHORT = {"sampling_params_list": [THINKER, {"max_tokens": 24, "min_tokens": 12}]}
 
 
 def printable_only(config: dict[str, Any], model: Path) -> dict[str, Any]:
