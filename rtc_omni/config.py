@@ -20,6 +20,10 @@ from .protocol.validation import describe_validation_error
 
 ENV_PREFIX = "RTC_OMNI_"
 MAX_WORKERS = 256
+# Opus packet lengths the talker can send: one 20-60 ms frame, or two 60 ms frames in one packet
+# (RFC 6716 code 1); an offer's a=ptime or a=maxptime caps the choice (signaling/ptime.py).
+TALKER_PACKET_MS_CHOICES = (20, 40, 60, 120)
+DEFAULT_TALKER_PACKET_MS = 120
 
 
 class Settings(BaseModel):
@@ -155,6 +159,13 @@ class Settings(BaseModel):
         description="kb/s of camera video the server asks each sender for: b=AS on the video m-lines of its "
         "answers and a ceiling on the REMB estimates it sends back (0: no cap). Chromium and aiortc (no lower "
         "than 250) honour it; FFmpeg, GStreamer and OBS publishers keep their own bitrate (docs/whip.md).",
+    )
+    talker_packet_ms: int = Field(
+        DEFAULT_TALKER_PACKET_MS,
+        description="Milliseconds of speech in each talker packet: 20, 40, 60 or 120 (an offer's a=ptime or "
+        "a=maxptime can only lower it). Longer packets cost the server and the peer less per second of speech; "
+        "a peer's jitter buffer holds at least one packet, so each step up adds about as much playout delay "
+        "(docs/protocol.md, Talker).",
     )
     max_image_pixels: int = Field(
         1920 * 1080,
@@ -310,6 +321,13 @@ class Settings(BaseModel):
     def _check_worker_count(cls, value: str) -> str:
         if value != "auto" and not (value.isdigit() and 1 <= int(value) <= MAX_WORKERS):
             raise ValueError(f"must be 'auto' or a number of worker processes from 1 to {MAX_WORKERS}")
+        return value
+
+    @field_validator("talker_packet_ms")
+    @classmethod
+    def _check_packet_ms(cls, value: int) -> int:
+        if value not in TALKER_PACKET_MS_CHOICES:
+            raise ValueError(f"must be one of {', '.join(map(str, TALKER_PACKET_MS_CHOICES))}")
         return value
 
     @field_validator("upstream")

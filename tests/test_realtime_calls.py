@@ -17,7 +17,8 @@ from openai.types.realtime import RealtimeServerEvent
 from pydantic import TypeAdapter
 
 from rtc_omni.client.media import COLOURS, AudioRecorder, ColourVideoTrack, ToneAudioTrack
-from rtc_omni.media.talker import DEFAULT_PACKET_MS, TAIL_PACKETS
+from rtc_omni.config import DEFAULT_TALKER_PACKET_MS
+from rtc_omni.media.talker import TAIL_PACKETS
 from rtc_omni.signaling.ice import rtc_configuration
 
 from .conftest import RunningServer, ServerFactory, http_json
@@ -29,9 +30,10 @@ SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
 TIMEOUT_S = 20.0
 # Speech sent before a cancel still plays at an aiortc peer after `output_audio_buffer.cleared`: its
 # audio jitter buffer releases a packet once 4 more have arrived, and the talker's silent tail brings
-# them 60 ms apart, so the last voiced packet is heard ~0.3 s after the flush. Then 0.2 s for a busy
-# machine's scheduling (0.3 s in all was too tight: one CI run heard one more packet).
-HEARD_AFTER_CANCEL_S = TAIL_PACKETS * DEFAULT_PACKET_MS / 1000 + 0.2
+# them a packet time apart (120 ms by default), so the last voiced packet is heard ~0.5 s after the
+# flush. Then 0.2 s for a busy machine's scheduling (at 60 ms packets, 0.3 s in all was too tight:
+# one CI run heard one more packet).
+HEARD_AFTER_CANCEL_S = TAIL_PACKETS * DEFAULT_TALKER_PACKET_MS / 1000 + 0.2
 
 
 class Call:

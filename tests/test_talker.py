@@ -28,18 +28,31 @@ def tone(seconds: float, amplitude: float = 0.5) -> np.ndarray:
     return (amplitude * np.sin(2 * np.pi * 300 * t)).astype(np.float32)
 
 
-async def test_talker_sends_paced_60_ms_opus_packets_of_the_engines_audio() -> None:
+def sixty_ms_talker() -> TalkerAudioTrack:
+    """A talker in 60 ms packets, whose timings the tests below spell out."""
     talker = TalkerAudioTrack()
+    talker.packet_ms = 60
+    return talker
+
+
+@pytest.mark.parametrize("packet_ms", [120, 60])
+async def test_talker_sends_paced_opus_packets_of_the_engines_audio(packet_ms: int) -> None:
+    talker = TalkerAudioTrack()
+    assert talker.packet_ms == 120  # --talker-packet-ms's default
+    talker.packet_ms = packet_ms
     await talker.write(tone(1.0))
     started = time.monotonic()
     packets = [await talker.recv() for _ in range(5)]
-    assert time.monotonic() - started >= 0.23  # five 60 ms packets take ~240 ms after the first
+    assert (
+        time.monotonic() - started >= 4 * packet_ms / 1000 - 0.01
+    )  # five packets take four packet times after the first
     assert all(isinstance(p, av.Packet) for p in packets)
-    assert [p.pts for p in packets] == [i * 2880 for i in range(5)]  # 60 ms of the 48 kHz RTP clock
-    heard = decode(packets)
-    assert heard.size == 5 * 2880
-    assert np.sqrt(np.mean(heard[2880:] ** 2)) > 0.2  # the tone, not silence
-    assert max(len(bytes(p)) for p in packets) < 60 * 32 // 8 * 2  # ~32 kb/s, not 96
+    step = packet_ms * RTP_CLOCK // 1000
+    assert [p.pts for p in packets] == [i * step for i in range(5)]  # in the 48 kHz RTP clock
+    heard = decode(packets)  # a 120 ms packet is two 60 ms Opus frames, which every Opus decoder takes
+    assert heard.size == 5 * step
+    assert np.sqrt(np.mean(heard[step:] ** 2)) > 0.2  # the tone, not silence
+    assert max(len(bytes(p)) for p in packets) < packet_ms * 32 // 8 * 2  # ~32 kb/s, not 96
     talker.stop()
 
 
@@ -53,7 +66,7 @@ async def test_an_idle_talker_encodes_and_sends_nothing() -> None:
 
 
 async def test_after_a_pause_timestamps_follow_the_wall_clock() -> None:
-    talker = TalkerAudioTrack()
+    talker = sixty_ms_talker()
     await talker.write(tone(0.1))
     first = [await talker.recv() for _ in range(2 + TAIL_PACKETS)]  # two voiced packets, then the silent tail
     assert np.abs(decode(first)[-1000:]).max() < 0.01
@@ -68,7 +81,7 @@ async def test_after_a_pause_timestamps_follow_the_wall_clock() -> None:
 
 
 async def test_flush_silences_the_talker_within_one_packet() -> None:
-    talker = TalkerAudioTrack()
+    talker = sixty_ms_talker()
     await talker.write(tone(2.0))
     spoken = [await talker.recv() for _ in range(3)]
     assert talker.flush() > 1500
@@ -84,7 +97,7 @@ async def test_flush_silences_the_talker_within_one_packet() -> None:
 
 
 async def test_flush_sends_the_first_silent_packet_ahead_of_its_slot() -> None:
-    talker = TalkerAudioTrack()
+    talker = sixty_ms_talker()
     await talker.write(tone(2.0))
     await talker.recv()
     loop = asyncio.get_running_loop()
@@ -95,6 +108,33 @@ async def test_flush_sends_the_first_silent_packet_ahead_of_its_slot() -> None:
     packet = await waiting
     assert loop.time() < slot - 0.02, "the silent packet waited for its slot"
     assert np.abs(decode([packet])[-1000:]).max() < 0.01
+    talker.stop()
+
+
+async def test_speech_during_the_silent_tail_goes_at_once() -> None:
+    talker = sixty_ms_talker()
+    await talker.write(tone(0.06))
+    await talker.recv()  # the speech
+    await talker.recv()  # the first silent packet of the tail, at its slot
+    loop = asyncio.get_running_loop()
+    slot = loop.time() + 0.06
+    waiting = asyncio.ensure_future(talker.recv())
+    await asyncio.sleep(0)  # recv() now waits for the next silent packet's slot
+    await talker.write(tone(0.06))  # a new answer
+    packet = await waiting
+    assert loop.time() < slot - 0.02, "the new speech waited for the tail's slot"
+    assert np.sqrt(np.mean(decode([packet]) ** 2)) > 0.2
+    talker.stop()
+
+
+async def test_speech_in_small_pieces_never_runs_more_than_a_packet_ahead() -> None:
+    talker = sixty_ms_talker()
+    started = time.monotonic()
+    for _ in range(8):  # an engine running late: each piece arrives while the tail plays, and goes at once
+        await talker.write(tone(0.01))
+        await talker.recv()
+    # eight packets of 60 ms: the last may leave one packet time ahead of its slot (0.42 s), no earlier
+    assert time.monotonic() - started >= 7 * 0.06 - 0.06 - 0.01
     talker.stop()
 
 
@@ -110,7 +150,7 @@ async def test_an_interrupt_is_followed_by_silence_even_when_the_talker_was_quie
 
 
 async def test_the_echo_reference_holds_only_voiced_audio_at_16_khz() -> None:
-    talker = TalkerAudioTrack()
+    talker = sixty_ms_talker()
     await talker.write(tone(0.12))
     for _ in range(2 + TAIL_PACKETS):
         await talker.recv()  # two voiced packets and the silent tail

@@ -22,7 +22,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from ..client.media import AUDIO_RATE, camera_send_fps
 from ..client.peer import DEFAULT_SAMPLE_FPS, UnderstandClient
-from ..media.talker import PACKET_MS_CHOICES
+from ..config import TALKER_PACKET_MS_CHOICES as PACKET_MS_CHOICES
 from ..signaling.ptime import asked_ptime_ms
 from .understand import CAMERA, camera
 

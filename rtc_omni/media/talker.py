@@ -13,7 +13,8 @@ wall clock, so the peer's jitter buffer sees a pause in a steady stream, as afte
 
 At most one packet is out of the talker's hands at a time, and `flush()` sends the first silent
 packet at once, ahead of its slot: a peer hears silence one network hop after the interrupt, however
-long the packets are. The rest of the silent packets keep their slots.
+long the packets are. The rest of the silent packets keep their slots, unless speech comes again
+during them: its first packet goes at once too.
 """
 
 from __future__ import annotations
@@ -27,12 +28,11 @@ import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from av.audio.codeccontext import AudioCodecContext
 
+from ..config import DEFAULT_TALKER_PACKET_MS
 from ..engines.base import TALKER_SAMPLE_RATE
 from .echo import EchoReference
 
 RTP_CLOCK = 48_000  # Opus's RTP clock, whatever the rate encoded
-PACKET_MS_CHOICES = (20, 40, 60)
-DEFAULT_PACKET_MS = 60  # a third of the packets of 20 ms, each costing Python work at both ends
 SPEECH_BITRATE = 32_000  # wideband speech, mono
 # Of 0-10 (libopus's default is 10): a 60 ms packet in 0.16 ms against 0.25 ms at 5, the same size,
 # with no loss a recogniser hears (docs/benchmarks.md).
@@ -71,7 +71,8 @@ class TalkerAudioTrack(MediaStreamTrack):
         super().__init__()
         self.max_buffer_bytes = int(max_buffer_s * TALKER_SAMPLE_RATE) * _BYTES_PER_SAMPLE
         self.write_timeout_s = write_timeout_s
-        self.packet_ms = DEFAULT_PACKET_MS  # the peer may ask for less (signaling/ptime.py), before media flows
+        # --talker-packet-ms, or less when the peer's offer asks (signaling/ptime.py), set before media flows
+        self.packet_ms = DEFAULT_TALKER_PACKET_MS
         self._encoder: AudioCodecContext | None = None
         self._buffer = bytearray()
         self._space = asyncio.Event()
@@ -79,7 +80,7 @@ class TalkerAudioTrack(MediaStreamTrack):
         self._drained = asyncio.Event()
         self._drained.set()
         self._audio = asyncio.Event()  # wakes an idle recv()
-        self._flushed = asyncio.Event()  # wakes a recv() waiting for its packet's slot
+        self._send_now = asyncio.Event()  # wakes a recv() waiting for its packet's slot: send it at once
         self._start: float | None = None
         self._pts = 0  # of the next packet, in RTP clock units since _start
         self._paused = True  # the previous packet time passed with nothing to send
@@ -106,6 +107,10 @@ class TalkerAudioTrack(MediaStreamTrack):
             while len(self._buffer) >= self.max_buffer_bytes:
                 self._space.clear()
                 await self._space.wait()
+        if not self._buffer and self._tail_left:
+            # Speech again while the silent tail plays (a new answer after an interrupt, or an engine
+            # running late): its first packet need not wait for the tail's next slot.
+            self._send_now.set()
         self._buffer.extend(pcm)
         self._drained.clear()
         self._audio.set()
@@ -120,7 +125,7 @@ class TalkerAudioTrack(MediaStreamTrack):
         self._buffer.clear()
         self._tail_left = TAIL_PACKETS
         self._audio.set()
-        self._flushed.set()
+        self._send_now.set()
         self._space.set()
         self._drained.set()
         return dropped_ms
@@ -147,21 +152,33 @@ class TalkerAudioTrack(MediaStreamTrack):
             await self._audio.wait()
 
     async def _wait_for_packet_time(self) -> None:
-        """Sleep until the next packet is due, or a flush; after a pause (or a stall), re-base on the wall clock."""
+        """Sleep until the next packet is due, or until it should go at once; after a pause (or a
+        stall), re-base on the wall clock."""
         now = time.monotonic()
         if self._start is None:
             self._start = now
-        late = now - (self._start + self._pts / RTP_CLOCK)
+        late = now - self._due()
         if late > 0 and (self._paused or late > _REANCHOR_AFTER_S):
             self._pts += round(late * RTP_CLOCK)
-        elif late < 0 and not self._flushed.is_set():
-            try:
-                async with asyncio.timeout(-late):
-                    await self._flushed.wait()
-            except TimeoutError:
-                pass
-        self._flushed.clear()
+        elif late < 0:
+            if not self._send_now.is_set():
+                try:
+                    async with asyncio.timeout(-late):
+                        await self._send_now.wait()
+                except TimeoutError:
+                    pass
+            # A packet sent at once leaves up to one packet time ahead of its slot, never more: speech
+            # written in small pieces during each tail would otherwise run ever further ahead.
+            ahead = self._due() - time.monotonic() - self.packet_ms / 1000
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+        self._send_now.clear()
         self._paused = False
+
+    def _due(self) -> float:
+        """When the next packet's audio starts, on the monotonic clock."""
+        assert self._start is not None
+        return self._start + self._pts / RTP_CLOCK
 
     def _next_packet(self) -> av.Packet:
         if self._encoder is None:

@@ -298,7 +298,7 @@ class PeerSession(_PeerLink):
         release_audio_without_prefetch(self.pc)
         decode_audio_on_the_loop(self.pc)
         if isinstance(self.outgoing, TalkerAudioTrack):
-            self.outgoing.packet_ms = talker_packet_ms(offer.sdp)
+            self.outgoing.packet_ms = talker_packet_ms(offer.sdp, self.settings.talker_packet_ms)
         media = self.outgoing.kind
         if self.ingest_only:
             pass  # a publisher receives nothing: attached peers take the output

@@ -3,9 +3,10 @@
 Speech needs no 20 ms packets: 60 ms packets carry the same audio in a third of the packets, and
 every packet costs the server Python work (SRTP, RTP parsing, jitter buffer, decode hand-off). So
 answers carry `a=ptime:60` in their audio sections, which browsers honour for their microphone
-(Chromium: 50 -> 17 packets/s), and the talker sends 60 ms packets unless the offer's `a=ptime` or
-`a=maxptime` asks for less. aiortc's SDP model drops both attributes, so they are read and written
-on the SDP text.
+(Chromium: 50 -> 17 packets/s), and the talker sends 120 ms packets (--talker-packet-ms) unless the
+offer's `a=ptime` or `a=maxptime` asks for less: its audio is ready before its time, so a longer
+packet delays nothing, where a microphone's waits for its last sample (docs/protocol.md). aiortc's
+SDP model drops both attributes, so they are read and written on the SDP text.
 
 `usedtx=1` (RFC 7587) is not asked for: a browser's mic would then send nothing in its pauses,
 and the server's VAD and turn buffers count time in received audio, so a pause would never end a
@@ -14,7 +15,7 @@ turn.
 
 from __future__ import annotations
 
-from ..media.talker import DEFAULT_PACKET_MS, PACKET_MS_CHOICES
+from ..config import TALKER_PACKET_MS_CHOICES as PACKET_MS_CHOICES
 
 ANSWER_PTIME_MS = 60
 
@@ -33,9 +34,10 @@ def _audio_sections(sdp: str) -> list[list[str]]:
     return sections
 
 
-def talker_packet_ms(offer_sdp: str) -> int:
-    """The talker's packet time: DEFAULT_PACKET_MS, or the longest choice the offer's audio allows."""
-    limit = DEFAULT_PACKET_MS
+def talker_packet_ms(offer_sdp: str, preferred_ms: int) -> int:
+    """The talker's packet time: `preferred_ms` (--talker-packet-ms), or the longest choice the offer's
+    audio allows."""
+    limit = preferred_ms
     for section in _audio_sections(offer_sdp)[:1]:
         for line in section:
             name, _, value = line.partition(":")
