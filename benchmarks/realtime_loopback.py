@@ -29,7 +29,7 @@ from openai import AsyncOpenAI
 from rtc_omni import patches
 from rtc_omni.bench.common import silent_from, start_server, stop, summary
 from rtc_omni.client.media import AudioRecorder, ToneAudioTrack, speech48
-from rtc_omni.patches.jitter import release_audio_without_prefetch
+from rtc_omni.patches.jitter import release_audio_on_arrival
 from rtc_omni.signaling.ice import rtc_configuration
 
 TIMEOUT_S = 30.0
@@ -104,7 +104,7 @@ async def one_cancel(client: AsyncOpenAI) -> float | None:
     await pc.setLocalDescription(await pc.createOffer())
     answer = await client.realtime.calls.create(sdp=pc.localDescription.sdp, session={"type": "realtime"})
     await pc.setRemoteDescription(RTCSessionDescription(sdp=answer.text, type="answer"))
-    release_audio_without_prefetch(pc)  # as rtc_omni's own client: the talker heard as it is sent
+    release_audio_on_arrival(pc)  # as rtc_omni's own client: the talker heard as it is sent
     try:
         async with asyncio.timeout(TIMEOUT_S):
             while channel.readyState != "open":

@@ -17,6 +17,7 @@ from aiortc import RTCPeerConnection, RTCRtpReceiver, RTCRtpSender, RTCSessionDe
 from aiortc.jitterbuffer import JitterBuffer
 from aiortc.rtcicetransport import RTCIceTransport
 from aiortc.rtcsctptransport import DataChunk, RTCSctpTransport
+from aiortc.rtp import RtpPacket
 
 from rtc_omni import patches
 from rtc_omni.patches import decoding, ice, jitter, sctp
@@ -96,17 +97,38 @@ async def test_aiortc_receiver_takes_the_marker_jitter_buffer() -> None:
     assert "x._data for x in packets" in inspect.getsource(JitterBuffer._remove_frame)
 
 
-async def test_aiortc_audio_receiver_takes_a_buffer_without_prefetch() -> None:
+async def test_aiortc_audio_receiver_takes_the_arrival_buffer() -> None:
     pc = RTCPeerConnection(rtc_configuration([]))
     try:
         pc.addTransceiver("audio")
         receiver = pc.getTransceivers()[0].receiver
         assert receiver._RTCRtpReceiver__jitter_buffer._prefetch == 4  # type: ignore[attr-defined]
-        jitter.release_audio_without_prefetch(pc)
-        buffer = receiver._RTCRtpReceiver__jitter_buffer  # type: ignore[attr-defined]
-        assert buffer._prefetch == 0 and buffer.capacity == jitter.AUDIO_CAPACITY and not buffer._is_video
+        jitter.release_audio_on_arrival(pc)
+        assert isinstance(receiver._RTCRtpReceiver__jitter_buffer, jitter.ArrivalAudioBuffer)  # type: ignore[attr-defined]
     finally:
         await pc.close()
+    # `add` is all the receiver asks of its buffer.
+    source = inspect.getsource(RTCRtpReceiver)
+    assert source.count("self.__jitter_buffer.") == 1 and "self.__jitter_buffer.add(packet)" in source
+
+
+def test_audio_packets_leave_as_they_arrive_and_a_loss_holds_nothing_back() -> None:
+    buffer = jitter.ArrivalAudioBuffer()
+
+    def add(seq: int) -> int | None:
+        packet = RtpPacket(sequence_number=seq % 65536, timestamp=seq * 2880)
+        packet._data = seq.to_bytes(4, "big")  # type: ignore[attr-defined]
+        frame = buffer.add(packet)[1]
+        return None if frame is None else int.from_bytes(frame.data, "big")
+
+    assert [add(seq) for seq in [65533, 65534, 65535, 65536, 65537]] == [65533, 65534, 65535, 65536, 65537]
+    # 65538 lost: the next packet leaves at once, and so does every later one (aiortc's own buffer
+    # stalls until 16 have arrived, then stays 14 packets behind)
+    assert [add(seq) for seq in range(65539, 65545)] == list(range(65539, 65545))
+    assert add(65538) is None  # reordered behind packets already released: dropped
+    assert add(65544) is None  # a duplicate
+    assert add(70000) == 70000  # a jump ahead (a lost burst, or a new sequence) continues from there
+    assert add(70000 - 500) == 70000 - 500  # far behind: a restarted stream, followed as aiortc does
 
 
 async def test_aiortc_receiver_decodes_through_the_queue_the_mic_decoder_replaces() -> None:

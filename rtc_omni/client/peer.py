@@ -13,7 +13,7 @@ import aiohttp
 from aiortc import RTCIceServer, RTCPeerConnection, RTCRtpReceiver, RTCRtpTransceiver, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
-from ..patches.jitter import release_audio_without_prefetch
+from ..patches.jitter import release_audio_on_arrival
 from ..signaling.ice import rtc_configuration
 from .media import AudioRecorder, ColourVideoTrack, FrameRateCap, VideoReceiver, camera_send_fps
 
@@ -171,7 +171,7 @@ class ControlClient:
         self.view_token = body.get("view_token", self.view_token)
         self.answer_sdp = body["sdp"]
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
-        release_audio_without_prefetch(self.pc)  # the talker's last packets are heard when sent
+        release_audio_on_arrival(self.pc)  # the talker's last packets are heard when sent
         try:
             async with asyncio.timeout(timeout):
                 while not (

@@ -8,7 +8,7 @@ tests/test_patches.py fails loudly when an aiortc or aioice release changes any 
 |---|---|---|
 | ice.py | aioice | host candidates on the configured addresses and port range; consent kept for FFmpeg's WHIP muxer |
 | sctp.py | aiortc | SCTP out-of-order state bounded, receive window enforced |
-| jitter.py | aiortc | a video frame released on its RTP marker bit; audio without prefetch (per receiver) |
+| jitter.py | aiortc | a video frame released on its RTP marker bit; each audio packet as it arrives (per receiver) |
 | codecs.py | aiortc | read a transceiver's negotiated codecs (no public getter) |
 | keyframes.py | aiortc | a viewer's PLI/FIR reaches the shared encoder (per sender) |
 | remb.py | aiortc | a ceiling on the REMB a video receiver sends (per receiver) |

@@ -1,5 +1,5 @@
 """aiortc patches: release each received video frame as soon as it is complete, not when the next one
-begins; and audio without aiortc's four-packet prefetch.
+begins; and each audio packet as it arrives.
 
 aiortc's video jitter buffer hands a frame to the decoder only when a packet of the *next* frame
 arrives, so every camera frame waits one frame interval (33 ms at 30 fps) before ingest sees it.
@@ -12,19 +12,25 @@ setter), and JitterBuffer's `_remove_frame`, `_origin`, `_packets`, `remove` and
 Remove when aiortc releases a frame on its marker bit (no upstream issue yet).
 
 Audio: aiortc's audio buffer holds each packet until four more have arrived (`prefetch=4`): 80 ms
-at 20 ms packets, 240 ms at the 60 ms a browser sends when asked (signaling/ptime.py), and the end
-of a talkspurt waits there until the next one starts. Its consumers here (server ingest, which
-buffers the mic anyway; the headless client's recorder) need no playout cushion, so they get
-aiortc's own buffer without prefetch: a packet leaves when the next arrives. Loss and reordering
-are handled as before. Relies on the same `__jitter_buffer`; remove when aiortc's receiver takes
-a prefetch setting.
+at 20 ms packets, 240 ms at the 60 ms a browser sends when asked (signaling/ptime.py), 480 ms at
+the talker's 120 ms, and the end of a talkspurt waits there until the next one starts. Without
+prefetch a packet still waits for the next one; and one lost packet stalls the buffer until it
+overflows, after which it releases one packet per arrival, 14 behind for the rest of the stream
+(0.84 s of a 60 ms mic). Its consumers here (server ingest, which buffers the mic anyway; the
+headless client's recorder) need no playout cushion, and audio is not retransmitted, so
+`ArrivalAudioBuffer` releases each packet as it arrives: a gap is a loss, a packet older than one
+already released is dropped (a duplicate, or reordered), and one far from the stream (more than
+aiortc's MAX_MISORDER behind) restarts it, as aiortc's buffer does. Relies on the same
+`__jitter_buffer`, on `add` being all the receiver calls, and on RtpPacket's `_data`; remove when
+aiortc's receiver takes a prefetch setting and skips lost audio.
 """
 
 from __future__ import annotations
 
 from aiortc import RTCPeerConnection
-from aiortc.jitterbuffer import JitterBuffer, JitterFrame
+from aiortc.jitterbuffer import MAX_MISORDER, JitterBuffer, JitterFrame
 from aiortc.rtp import RtpPacket
+from aiortc.utils import uint16_add
 
 VIDEO_CAPACITY = 512  # aiortc's own for video
 AUDIO_CAPACITY = 16  # aiortc's own for audio
@@ -61,8 +67,21 @@ def release_frames_when_complete(pc: RTCPeerConnection) -> None:
             transceiver.receiver._RTCRtpReceiver__jitter_buffer = MarkerJitterBuffer()  # type: ignore[attr-defined]
 
 
-def release_audio_without_prefetch(pc: RTCPeerConnection) -> None:
-    """Give every audio receiver of `pc` a buffer without prefetch; call before media flows."""
+class ArrivalAudioBuffer(JitterBuffer):
+    """Releases each audio packet as it arrives, in sequence order; never holds one."""
+
+    def __init__(self) -> None:
+        super().__init__(capacity=AUDIO_CAPACITY)
+
+    def add(self, packet: RtpPacket) -> tuple[bool, JitterFrame | None]:
+        if self._origin is not None and 0 < uint16_add(self._origin, -packet.sequence_number) <= MAX_MISORDER:
+            return False, None  # its place in the stream was already played past
+        self._origin = uint16_add(packet.sequence_number, 1)  # the next one expected
+        return False, JitterFrame(data=packet._data, timestamp=packet.timestamp)  # type: ignore[attr-defined]
+
+
+def release_audio_on_arrival(pc: RTCPeerConnection) -> None:
+    """Give every audio receiver of `pc` an ArrivalAudioBuffer; call before media flows."""
     for transceiver in pc.getTransceivers():
         if transceiver.kind == "audio":
-            transceiver.receiver._RTCRtpReceiver__jitter_buffer = JitterBuffer(capacity=AUDIO_CAPACITY)  # type: ignore[attr-defined]
+            transceiver.receiver._RTCRtpReceiver__jitter_buffer = ArrivalAudioBuffer()  # type: ignore[attr-defined]

@@ -33,7 +33,7 @@ from ..metrics import DATACHANNEL_OVERFLOWS
 from ..patches.codecs import negotiated_codecs
 from ..patches.decoding import decode_audio_on_the_loop
 from ..patches.ice import keep_consent_while
-from ..patches.jitter import release_audio_without_prefetch, release_frames_when_complete
+from ..patches.jitter import release_audio_on_arrival, release_frames_when_complete
 from ..patches.keyframes import forward_keyframe_requests
 from ..sessions.registry import SessionLimitReached, new_session_id
 from ..tasks import TaskSet
@@ -295,7 +295,7 @@ class PeerSession(_PeerLink):
         self.pc.on("track", self._on_track)
         await self.pc.setRemoteDescription(offer)
         release_frames_when_complete(self.pc)
-        release_audio_without_prefetch(self.pc)
+        release_audio_on_arrival(self.pc)
         decode_audio_on_the_loop(self.pc)
         if isinstance(self.outgoing, TalkerAudioTrack):
             self.outgoing.packet_ms = talker_packet_ms(offer.sdp, self.settings.talker_packet_ms)
