@@ -68,12 +68,16 @@ async def test_frames_arrive_complete_in_order_at_the_requested_rate(gen_server:
     assert done["request_id"] == start["request_id"]
     assert (done["chunks"], done["frames"], done["stopped"]) == (2, 66, False)
     gaps = [b.at - a.at for a, b in zip(frames, frames[1:])]
-    # The pace is the requested rate (the median gap), and the frames came no faster than it on the
-    # whole (the mean). The mean may be longer: this process (server and peer) held by a loaded
-    # machine for over MAX_CATCH_UP_S makes the track re-base rather than burst (media/video_out.py).
-    # With the loop blocked 0.6 s mid-stream the mean gap reads 0.070 s and the median 0.062 s; a
-    # 0.4 s block is caught up (mean 0.0624 s). Shorter holds show as a long gap and a short one.
-    assert abs(np.median(gaps) - 1 / 16) < 0.1 / 16, gaps
+    # The pace is the requested rate, read as the median frame interval over spans of four frames,
+    # and the frames came no faster than it on the whole (the mean gap). A loaded machine shows in
+    # the single gaps: a hold of this process (server and peer) under MAX_CATCH_UP_S is caught up,
+    # a long gap then short ones; over it the track re-bases rather than bursting
+    # (media/video_out.py), one long gap (with the loop blocked 0.6 s mid-stream the mean gap reads
+    # 0.070 s); and the peer's receiver released frames in a long-short rhythm in one suite run
+    # (0.056, 0.072, 0.054, 0.067 s ..., median gap 0.056 s). A span of four averages the rhythm
+    # out, and a hold touches at most four of the spans.
+    spans = [(b.at - a.at) / 4 for a, b in zip(frames, frames[4:])]
+    assert abs(np.median(spans) - 1 / 16) < 0.1 / 16, gaps
     assert np.mean(gaps) > 0.9 / 16, gaps
     assert {(f.width, f.height) for f in frames} == {(320, 240)}
     green = frames[len(frames) // 2].mean_rgb
