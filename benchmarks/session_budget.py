@@ -1,0 +1,92 @@
+"""What each part of an understanding session costs the server: the capacity load with one part off.
+
+The capacity sweep's load (`rtc_omni.bench.capacity.understand_point`: N replayed peers, camera +
+mic + talker, a turn every 5 s) against a fresh `rtc-omni serve` per round, in one of these forms:
+
+- `all`: the server as it is;
+- `no-decode`: each camera's first frame is decoded, then handed on again for every later frame
+  (new timestamps) without decoding: sampling, JPEG and turns go on as before;
+- `no-mic`: the microphone's packets are received (SRTP, RTP, jitter buffer) but not decoded or
+  ingested;
+- `no-talker`: the engine's speech is dropped before the talker: nothing is encoded or sent.
+
+The forms alternate within each round, so the machine's drift falls on all of them alike. What a
+part costs is `all` minus the form without it. Each form is the server with one private function
+replaced (the `FORMS` below), for measuring only.
+Figures: docs/benchmarks.md, "What a session's CPU is made of".
+Run inside the loopback namespace: python -m benchmarks.session_budget [N] [SECONDS] [ROUNDS]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import subprocess
+import sys
+
+from rtc_omni import patches
+from rtc_omni.bench.capacity import understand_point
+from rtc_omni.bench.common import free_port, stop, wait_healthy
+
+NO_DECODE = """
+from rtc_omni.patches import decoding
+from aiortc.codecs import get_decoder
+def decoder_worker(loop, input_q, output_q, decode_error):
+    decoded = None
+    while (task := input_q.get()) is not None:
+        codec, encoded_frame = task
+        if decoded is None:
+            frames = get_decoder(codec).decode(encoded_frame)
+            decoded = frames[0] if frames else None
+        if decoded is not None:
+            decoded.pts = encoded_frame.timestamp
+            decoding._hand_over(loop, output_q, [decoded])
+    decoding._hand_over(loop, output_q, [None])
+decoding.decoder_worker = decoder_worker
+"""
+NO_MIC = """
+from rtc_omni.patches import decoding
+put = decoding.MicDecoder.put
+decoding.MicDecoder.put = lambda self, task: put(self, task) if task is None else None
+"""
+NO_TALKER = """
+from rtc_omni.media import talker
+async def write(self, samples): return None
+talker.TalkerAudioTrack.write = write
+"""
+FORMS = {"all": "", "no-decode": NO_DECODE, "no-mic": NO_MIC, "no-talker": NO_TALKER}
+SERVE = "import sys; from rtc_omni.cli import main; sys.exit(main())"
+
+
+async def run_form(form: str, sessions: int, seconds: float) -> float:
+    """Per-session server CPU-s/s of one fresh server in `form` under the capacity load."""
+    port = free_port()
+    command = [sys.executable, "-c", FORMS[form] + "\n" + SERVE, "serve", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--synthetic-voice", "tone", "--log-level", "warning", "--max-sessions", str(sessions + 1)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url + "/healthz", process)
+        point = await understand_point(url, process.pid, sessions, seconds)
+    finally:
+        stop(process)
+    return point.cpu_per_session
+
+
+async def main(sessions: int, seconds: float, rounds: int) -> None:
+    patches.apply()
+    results: dict[str, list[float]] = {form: [] for form in FORMS}
+    for round_ in range(rounds):
+        for form in FORMS:
+            results[form].append(await run_form(form, sessions, seconds))
+            print(f"round {round_ + 1} {form:9} {results[form][-1]:.4f} CPU-s/s per session", flush=True)
+    whole = statistics.mean(results["all"])
+    print(f"N={sessions}, {seconds:.0f} s, {rounds} rounds; means:")
+    for form, values in results.items():
+        part = "" if form == "all" else f"  -> the part costs {whole - statistics.mean(values):.4f}"
+        print(f"  {form:9} {statistics.mean(values):.4f}{part}")
+
+
+if __name__ == "__main__":
+    n, secs, rounds = (sys.argv[1:] + ["8", "15", "3"][len(sys.argv) - 1 :])[:3]
+    asyncio.run(main(int(n), float(secs), int(rounds)))
