@@ -163,9 +163,9 @@ class Settings(BaseModel):
     talker_packet_ms: int = Field(
         DEFAULT_TALKER_PACKET_MS,
         description="Milliseconds of speech in each talker packet: 20, 40, 60 or 120 (an offer's a=ptime or "
-        "a=maxptime can only lower it). Longer packets cost the server and the peer less per second of speech; "
-        "a peer's jitter buffer holds at least one packet, so each step up adds about as much playout delay "
-        "(docs/protocol.md, Talker).",
+        "a=maxptime can only lower it). Longer packets cost the server and the peer less per second of speech "
+        "and delay nothing (the talker has its audio before its time); an interrupt can leave one packet "
+        "playing at the peer, and a plain aiortc receiver holds four (docs/protocol.md, Talker packet time).",
     )
     max_image_pixels: int = Field(
         1920 * 1080,

@@ -22,3 +22,6 @@ def test_every_setting_is_a_flag_and_an_environment_variable() -> None:
         )
     with pytest.raises(ValueError):
         load_settings(None, environ={"RTC_OMNI_IDLE_TIMEOUT": "-1"})
+    assert load_settings(None, environ={"RTC_OMNI_TALKER_PACKET_MS": "60"}).talker_packet_ms == 60
+    with pytest.raises(ValueError, match="one of 20, 40, 60, 120"):
+        load_settings(None, environ={"RTC_OMNI_TALKER_PACKET_MS": "50"})
