@@ -13,18 +13,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
-import time
 import urllib.request
 from typing import Any
 
 from playwright.async_api import async_playwright, expect
 
+from rtc_omni.bench.common import server
 from tests.browser.conftest import CHROMIUM, CHROMIUM_FLAGS
 
-PORT = 18779
-URL = f"http://127.0.0.1:{PORT}"
 WARMUP_S = 4.0
 FLAGS = [f for f in CHROMIUM_FLAGS if f != "--use-fake-device-for-media-stream"]
 FLAGS.append("--use-fake-device-for-media-stream=fps=30")
@@ -51,34 +48,23 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
-def session_stats(session_id: str, token: str) -> dict[str, Any]:
+def session_stats(url: str, session_id: str, token: str) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {token}"}
-    request = urllib.request.Request(f"{URL}/v1/rtc/sessions/{session_id}", headers=headers)
+    request = urllib.request.Request(f"{url}/v1/rtc/sessions/{session_id}", headers=headers)
     with urllib.request.urlopen(request, timeout=5) as response:
         return json.load(response)  # type: ignore[no-any-return]
 
 
-def start_server(max_video_bitrate: int) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "rtc_omni", "serve", "--port", str(PORT), "--session-rate-limit", "0"]
-    command += ["--max-video-bitrate", str(max_video_bitrate), "--synthetic-voice", "tone"]
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"{URL}/healthz", timeout=1)
-            return server
-        except OSError:
-            time.sleep(0.2)
-    server.terminate()
-    raise SystemExit("rtc-omni serve did not start")
-
-
 async def measure(browser: Any, mode: str, seconds: float) -> str:
-    server = start_server(0 if mode == "before" else 300)
+    with server(["--max-video-bitrate", "0" if mode == "before" else "300"]) as (process, url):
+        return await measure_session(browser, url, process.pid, mode, seconds)
+
+
+async def measure_session(browser: Any, url: str, server_pid: int, mode: str, seconds: float) -> str:
     context = await browser.new_context()
     try:
         page = await context.new_page()
-        await page.goto(URL + "/")
+        await page.goto(url + "/")
         await page.get_by_role("button", name="Connect", exact=True).click()
         await expect(page.locator("#talk-settings-state")).to_have_text("Applied.", timeout=20_000)
         if mode == "before":
@@ -86,9 +72,9 @@ async def measure(browser: Any, mode: str, seconds: float) -> str:
         session_id = await page.evaluate("window.rtcOmni.talk.session.sessionId")
         token = await page.evaluate("window.rtcOmni.talk.session.sessionToken")
         await asyncio.sleep(WARMUP_S)
-        cpu, stats = cpu_seconds(server.pid), session_stats(session_id, token)
+        cpu, stats = cpu_seconds(server_pid), session_stats(url, session_id, token)
         await asyncio.sleep(seconds)
-        cpu, after = cpu_seconds(server.pid) - cpu, session_stats(session_id, token)
+        cpu, after = cpu_seconds(server_pid) - cpu, session_stats(url, session_id, token)
         width, height, fps = await page.evaluate(OUTBOUND)
         return (
             f"{mode:6} server {cpu / seconds:.3f} CPU-s/s, "
@@ -98,8 +84,6 @@ async def measure(browser: Any, mode: str, seconds: float) -> str:
         )
     finally:
         await context.close()
-        server.terminate()
-        server.wait(10)
 
 
 async def main(seconds: float) -> None:

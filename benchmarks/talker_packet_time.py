@@ -12,15 +12,13 @@ Run inside the loopback namespace: python -m benchmarks.talker_packet_time [ROUN
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
-import time
-import urllib.request
 from typing import Any
 
 from playwright.async_api import async_playwright, expect
 
-from benchmarks.browser_camera_cpu import PORT, URL, cpu_seconds
+from benchmarks.browser_camera_cpu import cpu_seconds
+from rtc_omni.bench.common import server
 from tests.browser.conftest import CHROMIUM, CHROMIUM_FLAGS
 from tests.browser.test_page import LONG_QUESTION, ask, connect_talk, turn
 
@@ -38,34 +36,23 @@ TALKER_STATS = """async () => {
 }"""
 
 
-def start_server(packet_ms: int) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "rtc_omni", "serve", "--port", str(PORT), "--session-rate-limit", "0"]
-    command += ["--talker-packet-ms", str(packet_ms), "--synthetic-voice", "tone"]
-    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"{URL}/healthz", timeout=1)
-            return server
-        except OSError:
-            time.sleep(0.2)
-    server.terminate()
-    raise SystemExit("rtc-omni serve did not start")
-
-
 async def measure(browser: Any, packet_ms: int) -> str:
-    server = start_server(packet_ms)
+    with server(["--talker-packet-ms", str(packet_ms)]) as (process, url):
+        return await measure_session(browser, url, process.pid, packet_ms)
+
+
+async def measure_session(browser: Any, url: str, server_pid: int, packet_ms: int) -> str:
     context = await browser.new_context()
     try:
         page = await context.new_page()
-        await page.goto(URL + "/")
+        await page.goto(url + "/")
         await connect_talk(page)
         await ask(page, LONG_QUESTION)
         await expect(turn(page, 0)).to_have_attribute("data-state", "speaking", timeout=20_000)
         await asyncio.sleep(3.0)
-        before, cpu = await page.evaluate(TALKER_STATS), cpu_seconds(server.pid)
+        before, cpu = await page.evaluate(TALKER_STATS), cpu_seconds(server_pid)
         await asyncio.sleep(SPEAKING_S)
-        after, cpu = await page.evaluate(TALKER_STATS), cpu_seconds(server.pid) - cpu
+        after, cpu = await page.evaluate(TALKER_STATS), cpu_seconds(server_pid) - cpu
         first_audio = await page.locator("#hud-first-audio").text_content()
         delay_ms = (after["delay"] - before["delay"]) / (after["emitted"] - before["emitted"]) * 1000
         target_ms = after["target"] / after["emitted"] * 1000
@@ -76,8 +63,6 @@ async def measure(browser: Any, packet_ms: int) -> str:
         )
     finally:
         await context.close()
-        server.terminate()
-        server.wait(10)
 
 
 async def main(rounds: int) -> None:
