@@ -13,8 +13,7 @@ wall clock, so the peer's jitter buffer sees a pause in a steady stream, as afte
 
 At most one packet is out of the talker's hands at a time, and `flush()` sends the first silent
 packet at once, ahead of its slot: a peer hears silence one network hop after the interrupt, however
-long the packets are. The rest of the silent packets keep their slots, unless speech comes again
-during them: its first packet goes at once too.
+long the packets are. The rest of the silent packets keep their slots.
 """
 
 from __future__ import annotations
@@ -80,7 +79,7 @@ class TalkerAudioTrack(MediaStreamTrack):
         self._drained = asyncio.Event()
         self._drained.set()
         self._audio = asyncio.Event()  # wakes an idle recv()
-        self._send_now = asyncio.Event()  # wakes a recv() waiting for its packet's slot: send it at once
+        self._send_now = asyncio.Event()  # a flush: wakes a recv() waiting for its packet's slot
         self._start: float | None = None
         self._pts = 0  # of the next packet, in RTP clock units since _start
         self._paused = True  # the previous packet time passed with nothing to send
@@ -107,10 +106,6 @@ class TalkerAudioTrack(MediaStreamTrack):
             while len(self._buffer) >= self.max_buffer_bytes:
                 self._space.clear()
                 await self._space.wait()
-        if not self._buffer and self._tail_left:
-            # Speech again while the silent tail plays (a new answer after an interrupt, or an engine
-            # running late): its first packet need not wait for the tail's next slot.
-            self._send_now.set()
         self._buffer.extend(pcm)
         self._drained.clear()
         self._audio.set()
@@ -167,8 +162,8 @@ class TalkerAudioTrack(MediaStreamTrack):
                         await self._send_now.wait()
                 except TimeoutError:
                     pass
-            # A packet sent at once leaves up to one packet time ahead of its slot, never more: speech
-            # written in small pieces during each tail would otherwise run ever further ahead.
+            # A packet sent at once (a flush) leaves up to one packet time ahead of its slot, never
+            # more: interrupts in quick succession would otherwise run ever further ahead.
             ahead = self._due() - time.monotonic() - self.packet_ms / 1000
             if ahead > 0:
                 await asyncio.sleep(ahead)
