@@ -12,7 +12,7 @@ tests/test_patches.py fails loudly when an aiortc or aioice release changes any 
 | codecs.py | aiortc | read a transceiver's negotiated codecs (no public getter) |
 | keyframes.py | aiortc | a viewer's PLI/FIR reaches the shared encoder (per sender) |
 | remb.py | aiortc | a ceiling on the REMB a video receiver sends (per receiver) |
-| decoding.py | aiortc | decoded frames handed over without a task each; mics decoded on the loop, 16 kHz mono |
+| decoding.py | aiortc | decoded frames handed over without a task each; mics decoded on the loop, 16 kHz, gaps silent |
 
 `apply()` runs at start-up: in `create_app` (the server), at the CLI's client and bench entry,
 and in the tests' conftest. Never from a constructor: the ICE policy is process-wide.

@@ -12,7 +12,9 @@ Future per frame. Two changes:
   less than the thread hop costs), to mono, and resampled to the 16 kHz the sessions consume, so
   ingest does no conversion. Relies on RTCRtpReceiver's name-mangled `__decoder_queue` (only
   `put` and `get` are used) and RemoteStreamTrack's `_queue`; aiortc's decoder thread still
-  starts, and only waits for the end.
+  starts, and only waits for the end. A gap in the RTP timestamps (a lost packet, a sender's DTX
+  pause) is decoded as that much silence, so the mic's audio keeps media time: the VAD's
+  positions, its pauses and the echo check's alignment stay true after a loss.
 
 Remove when aiortc hands frames over without a task per frame, and lets a receiver choose its
 decoder's output format (no upstream issue yet).
@@ -40,6 +42,10 @@ logger = logging.getLogger(__name__)
 
 AIORTC_DECODER_WORKER = aiortc.rtcrtpreceiver.decoder_worker
 OPUS_DECODE_RATE = 48_000  # libopus through FFmpeg always decodes at 48 kHz
+# A forward timestamp jump up to this long is a loss or a pause, and is filled; a longer one is a
+# restarted stream (a new random timestamp), and is not.
+MAX_GAP_S = 30.0
+MAX_FILL_S = 2.0  # silence enough to end any turn, whatever the pause
 
 
 def _deliver(track_queue: asyncio.Queue[Any], frames: list[Any]) -> None:
@@ -91,6 +97,9 @@ class MicDecoder:
         self._codec_name: str | None = None
         self._decoder: AudioCodecContext | Decoder | None = None
         self._resampler = av.AudioResampler(format="s16", layout="mono", rate=INPUT_SAMPLE_RATE)
+        self._next_timestamp: int | None = None  # where the next packet's audio should start
+        self._last_duration = 0  # RTP clock units in the last packet decoded
+        self._format: av.AudioFrame | None = None  # a decoded frame: the format silence is made in
 
     def put(self, task: tuple[RTCRtpCodecParameters, JitterFrame] | None) -> None:
         if task is None:
@@ -98,10 +107,25 @@ class MicDecoder:
             return
         codec, encoded_frame = task
         try:
-            for frame in self._decode(codec, encoded_frame):
-                self._track_queue.put_nowait(frame)
+            frames = self._decode(codec, encoded_frame)
         except (av.FFmpegError, ValueError) as exc:
             logger.warning("failed to decode a %s frame: %s", codec.mimeType, exc)
+            return
+        gap = self._gap(codec.clockRate, encoded_frame.timestamp)
+        if gap and self._format is not None:
+            self._track_queue.put_nowait(silence_like(self._format, gap * self._format.sample_rate // codec.clockRate))
+        if frames:
+            self._format = frames[0]
+            for frame in frames:
+                self._track_queue.put_nowait(frame)
+
+    def _gap(self, clock_rate: int, timestamp: int) -> int:
+        """RTP clock units of audio missing before the packet at `timestamp` (0: none, or a restart)."""
+        expected, self._next_timestamp = self._next_timestamp, (timestamp + self._last_duration) % 2**32
+        if expected is None:
+            return 0
+        gap = (timestamp - expected) % 2**32
+        return min(gap, round(MAX_FILL_S * clock_rate)) if gap <= MAX_GAP_S * clock_rate else 0
 
     def get(self) -> None:
         return self._end.get()
@@ -111,11 +135,24 @@ class MicDecoder:
             self._codec_name = codec.name
             self._decoder = opus_mono_decoder() if codec.name.lower() == "opus" else get_decoder(codec)
         if isinstance(self._decoder, Decoder):
-            return list(self._decoder.decode(encoded_frame))  # type: ignore[arg-type]
+            decoded: list[av.AudioFrame] = list(self._decoder.decode(encoded_frame))  # type: ignore[arg-type]
+            self._last_duration = sum(f.samples * codec.clockRate // f.sample_rate for f in decoded)
+            return decoded
         frames: list[av.AudioFrame] = []
+        self._last_duration = 0
         for frame in self._decoder.decode(av.Packet(encoded_frame.data)):
+            self._last_duration += frame.samples * codec.clockRate // frame.sample_rate
             frames += self._resampler.resample(frame)
         return frames
+
+
+def silence_like(frame: av.AudioFrame, samples: int) -> av.AudioFrame:
+    """`samples` of silence in `frame`'s format, layout and rate."""
+    silent = av.AudioFrame(format=frame.format.name, layout=frame.layout.name, samples=samples)
+    silent.sample_rate = frame.sample_rate
+    for plane in silent.planes:
+        plane.update(bytes(plane.buffer_size))
+    return silent
 
 
 def opus_mono_decoder() -> AudioCodecContext:

@@ -8,9 +8,9 @@ offer's `a=ptime` or `a=maxptime` asks for less: its audio is ready before its t
 packet delays nothing, where a microphone's waits for its last sample (docs/protocol.md). aiortc's
 SDP model drops both attributes, so they are read and written on the SDP text.
 
-`usedtx=1` (RFC 7587) is not asked for: a browser's mic would then send nothing in its pauses,
-and the server's VAD and turn buffers count time in received audio, so a pause would never end a
-turn.
+`usedtx=1` (RFC 7587) is not asked for: a browser's mic would then send almost nothing in its
+pauses. The mic decoder fills timestamp gaps with silence (patches/decoding.py), so such a pause
+would still end a turn, but DTX has not been measured here.
 """
 
 from __future__ import annotations
