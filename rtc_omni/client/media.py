@@ -201,12 +201,20 @@ def speech48(text: str) -> np.ndarray:
 
 class ScriptedAudioTrack(PacedAudioTrack):
     """A microphone that says what it is told: queued 48 kHz clips, silence in between, and
-    optionally the sound of its own loudspeaker (an `AudioRecorder`'s frames) mixed in as echo."""
+    optionally the sound of its own loudspeaker (an `AudioRecorder`'s frames) mixed in as echo.
+
+    The loudspeaker plays like a device's: it starts once ECHO_PLAYOUT_PIECES are queued, and
+    after running dry waits for as many again. Without that cushion every packet a loaded loop
+    delivered late became a gap in the echo, which no loudspeaker behind a jitter buffer makes.
+    """
+
+    ECHO_PLAYOUT_PIECES = 8  # 160 ms: one 120 ms talker packet, and some
 
     def __init__(self, echo_gain: float = 0.0) -> None:
         super().__init__()
         self.echo_gain = echo_gain
         self.echo: asyncio.Queue[np.ndarray] = asyncio.Queue(maxsize=50)  # fed by an AudioRecorder
+        self._echo_playing = False
         self._clips: deque[np.ndarray] = deque()
         self.clip_started_at: list[float] = []  # monotonic time each clip began to play
         self.clip_ended_at: list[float] = []
@@ -230,9 +238,11 @@ class ScriptedAudioTrack(PacedAudioTrack):
                 self.clip_ended_at.append(time.monotonic())
             else:
                 self._clips[0] = clip[take:]
-        if self.echo_gain and not self.echo.empty():
-            echo = self.echo.get_nowait()
-            out[: echo.size] += self.echo_gain * echo[:AUDIO_FRAME_SAMPLES]
+        if self.echo_gain:
+            self._echo_playing = self.echo.qsize() >= (1 if self._echo_playing else self.ECHO_PLAYOUT_PIECES)
+            if self._echo_playing:
+                echo = self.echo.get_nowait()
+                out[: echo.size] += self.echo_gain * echo[:AUDIO_FRAME_SAMPLES]
         return out
 
 
