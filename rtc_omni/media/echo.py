@@ -72,12 +72,17 @@ class EchoReference:
 
 
 def max_normalised_correlation(reference: np.ndarray, probe: np.ndarray) -> float:
-    """Best normalised cross-correlation of `probe` against every position in `reference`."""
+    """Best normalised cross-correlation of `probe` against every position in `reference` where
+    the reference is audible (in silence the ratio is rounding noise over nothing, and can pass 1)."""
+    reference, probe = reference.astype(np.float64), probe.astype(np.float64)
     n = reference.size + probe.size
     size = 1 << (n - 1).bit_length()
     spectrum = np.fft.rfft(reference, size) * np.conj(np.fft.rfft(probe, size))
     correlation = np.fft.irfft(spectrum, size)[: reference.size - probe.size + 1]
-    energy = np.concatenate([[0.0], np.cumsum(reference.astype(np.float64) ** 2)])
-    window_energy = energy[probe.size :] - energy[: -probe.size]
-    norm = np.sqrt(np.maximum(window_energy[: correlation.size], 1e-12) * float(np.sum(probe**2)) + 1e-12)
-    return float(np.max(np.abs(correlation) / norm))
+    energy = np.concatenate([[0.0], np.cumsum(reference**2)])
+    window_energy = (energy[probe.size :] - energy[: -probe.size])[: correlation.size]
+    audible = window_energy >= _AUDIBLE_RMS**2 * probe.size
+    probe_energy = float(np.sum(probe**2))
+    if not audible.any() or probe_energy == 0.0:
+        return 0.0
+    return float(np.max(np.abs(correlation[audible]) / np.sqrt(window_energy[audible] * probe_energy)))
