@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import socket
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -28,6 +29,18 @@ SECRET = "turn-test-secret"
 ROOT = Path(__file__).resolve().parent.parent
 
 
+RELAY_PORTS = 200
+
+
+def relay_ports_below_ephemeral(port: int) -> int:
+    """The first of RELAY_PORTS relay ports for the coturn listening on `port`: below the kernel's
+    ephemeral range, where every peer's ICE sockets land. coturn drops a relay port it cannot bind
+    from its pool, and after a few such tries answers "no available ports": no relay candidate."""
+    ephemeral_from = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    slots = (ephemeral_from - 10_000) // RELAY_PORTS
+    return 10_000 + (port % slots) * RELAY_PORTS
+
+
 def free_udp_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -39,17 +52,18 @@ async def coturn(tmp_path: Path) -> AsyncIterator[str]:
     """A coturn on 127.0.0.1 with the test config; yields its TURN URL.
 
     Request it before `make_server`, so the server's peers release their allocations while it runs.
+    Its last log lines are printed at the end, which pytest shows when a test failed.
     """
     require_loopback_namespace()
     require_tool("turnserver", "apt-get install coturn")
     port = free_udp_port()
-    relay_from = 50000 + port % 10000
+    relay_from = relay_ports_below_ephemeral(port)
     process = await asyncio.create_subprocess_exec(
         str(ROOT / "turn" / "run-coturn.sh"),
         "test",
         f"--listening-port={port}",
         f"--min-port={relay_from}",
-        f"--max-port={relay_from + 200}",
+        f"--max-port={relay_from + RELAY_PORTS - 1}",
         f"--static-auth-secret={SECRET}",
         f"--pidfile={tmp_path / 'turnserver.pid'}",
         f"--userdb={tmp_path / 'turndb'}",
@@ -57,16 +71,27 @@ async def coturn(tmp_path: Path) -> AsyncIterator[str]:
         stderr=asyncio.subprocess.STDOUT,
     )
     assert process.stdout is not None
+    stdout = process.stdout
+    log: deque[str] = deque(maxlen=80)
+
+    async def keep_log() -> None:  # also keeps its pipe from filling
+        while line := await stdout.readline():
+            log.append(line.decode(errors="replace"))
+
+    drain: asyncio.Future[None] | None = None
     try:
         async with asyncio.timeout(10):
-            while b"Total General servers" not in (line := await process.stdout.readline()):
+            while b"Total General servers" not in (line := await stdout.readline()):
                 assert line, "coturn exited before it was ready"
-        drain = asyncio.ensure_future(process.stdout.read())  # keep its pipe from filling
+        drain = asyncio.ensure_future(keep_log())
         yield f"turn:127.0.0.1:{port}?transport=udp"
     finally:
         process.terminate()
         await process.wait()
-    drain.cancel()
+        if drain is not None:
+            drain.cancel()
+        relays = f"{relay_from}-{relay_from + RELAY_PORTS - 1}"
+        print(f"coturn on port {port}, relay ports {relays}, its last lines:\n{''.join(log)}")
 
 
 async def test_ice_servers_endpoint_mints_turn_rest_credentials(make_server: ServerFactory) -> None:
