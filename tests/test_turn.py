@@ -37,7 +37,7 @@ def relay_ports_below_ephemeral(port: int) -> int:
     ephemeral range, where every peer's ICE sockets land. coturn drops a relay port it cannot bind
     from its pool, and after a few such tries answers "no available ports": no relay candidate."""
     ephemeral_from = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    slots = (ephemeral_from - 10_000) // RELAY_PORTS
+    slots = max(1, (ephemeral_from - 10_000) // RELAY_PORTS)
     return 10_000 + (port % slots) * RELAY_PORTS
 
 

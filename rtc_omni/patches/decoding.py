@@ -112,8 +112,8 @@ class MicDecoder:
             logger.warning("failed to decode a %s frame: %s", codec.mimeType, exc)
             return
         gap = self._gap(codec.clockRate, encoded_frame.timestamp)
-        if gap and self._format is not None:
-            self._track_queue.put_nowait(silence_like(self._format, gap * self._format.sample_rate // codec.clockRate))
+        if self._format is not None and (missing := gap * self._format.sample_rate // codec.clockRate) > 0:
+            self._track_queue.put_nowait(silence_like(self._format, missing))
         if frames:
             self._format = frames[0]
             for frame in frames:
