@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..client.peer import GenerateClient, UnderstandClient
@@ -67,9 +68,12 @@ async def idle_cpu(server_pid: int, seconds: float) -> float:
     return sum(meter.per_second()[:-1])
 
 
-async def understand_point(url: str, server_pid: int, sessions: int, seconds: float) -> CapacityPoint:
+async def understand_point(
+    url: str, server_pid: int, sessions: int, seconds: float, measuring: Callable[[bool], None] | None = None
+) -> CapacityPoint:
     """`sessions` replayed cameras (640x480@30 VP8) + mics (Opus), talker on, a turn every 5 s each
-    (staggered)."""
+    (staggered). `measuring(True)` and `measuring(False)` bracket the measured window, for a
+    profiler that should see the steady state only."""
     clients = [replaying_client(url) for _ in range(sessions)]
     try:
         for client in clients:
@@ -77,6 +81,8 @@ async def understand_point(url: str, server_pid: int, sessions: int, seconds: fl
             await client.configure(sample_fps=SAMPLE_FPS, enable_frame_filter=False)
         await asyncio.sleep(WARM_UP_S)  # steady state
         marks = [len(c.events) for c in clients]
+        if measuring is not None:
+            measuring(True)
         meter = server_meter(server_pid)
         started = time.monotonic()
         sent = [0] * sessions
@@ -87,6 +93,8 @@ async def understand_point(url: str, server_pid: int, sessions: int, seconds: fl
                     sent[i] += 1
             await asyncio.sleep(0.05)
         *server_cpu, client_cpu = meter.per_second()
+        if measuring is not None:
+            measuring(False)
         ingest = [lat for c, m in zip(clients, marks) for lat in ack_latencies(c, _camera(c), skip=0, after=m)]
         completed = [await _completed_turns(c, n, timeout=TURN_EVERY_S * 2) for c, n in zip(clients, sent)]
     finally:
