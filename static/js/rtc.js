@@ -85,6 +85,10 @@ function opened(pc, channel, addresses) {
     channel.addEventListener("open", onOpen);
     pc.addEventListener("connectionstatechange", onState);
     pc.addEventListener("iceconnectionstatechange", onState);
+    // On a loaded machine Chromium can open the channel before setRemoteDescription's promise
+    // resumes the caller: the "open" event has then fired already, and waiting for it would hang
+    // until the timeout while the channel works.
+    if (channel.readyState === "open") onOpen();
   });
 }
 

@@ -304,6 +304,29 @@ async def test_generate_plays_the_video_and_takes_a_prompt_change(
     await screenshot(page, artifacts, "generate-done.png")
 
 
+async def test_the_page_connects_when_the_channel_opens_before_the_answer_is_applied(
+    make_server: Any, open_page: PageFactory
+) -> None:
+    """A CI run beside vLLM's tests saw the control channel open before setRemoteDescription's
+    promise resumed the page, which then waited for an "open" event that had already fired."""
+    server = await make_server()
+    page = await open_page(server.url)
+    await page.evaluate(
+        """() => {
+          const apply = RTCPeerConnection.prototype.setRemoteDescription;
+          RTCPeerConnection.prototype.setRemoteDescription = async function (description) {
+            await apply.call(this, description);
+            // resume the caller only once the channel is open, as the loaded machine did
+            for (let waited = 0; waited < 5000 && this.sctp?.state !== "connected"; waited += 50) {
+              await new Promise((resolve) => setTimeout(resolve, 50));
+            }
+            await new Promise((resolve) => setTimeout(resolve, 500));
+          };
+        }"""
+    )
+    await connect_talk(page)
+
+
 async def test_a_refused_camera_says_so(make_server: Any, open_page: PageFactory) -> None:
     server = await make_server()
     page = await open_page(server.url)
