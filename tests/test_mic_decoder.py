@@ -12,7 +12,7 @@ from aiortc import RTCRtpCodecParameters
 from aiortc.codecs import get_encoder
 from aiortc.jitterbuffer import JitterFrame
 
-from rtc_omni.patches.decoding import MAX_FILL_S, MicDecoder
+from rtc_omni.patches.decoding import FILL_AHEAD_S, MAX_FILL_S, MicDecoder
 
 OPUS = RTCRtpCodecParameters(mimeType="audio/opus", clockRate=48_000, channels=2, payloadType=111)
 PCMU = RTCRtpCodecParameters(mimeType="audio/PCMU", clockRate=8_000, channels=1, payloadType=0)
@@ -43,11 +43,17 @@ def tone_packets(codec: RTCRtpCodecParameters, count: int) -> list[bytes]:
     return payloads[:count]
 
 
-def decode(codec: RTCRtpCodecParameters, packets: list[tuple[int, bytes]]) -> np.ndarray:
-    """Feed (timestamp, payload) pairs to a MicDecoder; everything it hands on, at 16 kHz float."""
+def decode(
+    codec: RTCRtpCodecParameters, packets: list[tuple[int, bytes]], arrivals: list[float] | None = None
+) -> np.ndarray:
+    """Feed (timestamp, payload) pairs to a MicDecoder, each arriving at its time in `arrivals`
+    (seconds; by default when its timestamp says, as from a live sender); everything it hands on,
+    at 16 kHz float."""
     track_queue: asyncio.Queue[av.AudioFrame] = asyncio.Queue()
-    decoder = MicDecoder(track_queue)
-    for timestamp, payload in packets:
+    now = [0.0]
+    decoder = MicDecoder(track_queue, clock=lambda: now[0])
+    for index, (timestamp, payload) in enumerate(packets):
+        now[0] = (timestamp - packets[0][0]) / codec.clockRate if arrivals is None else arrivals[index]
         decoder.put((codec, JitterFrame(data=payload, timestamp=timestamp % 2**32)))
     resampler = av.AudioResampler(format="s16", layout="mono", rate=16_000)
     out = []
@@ -84,3 +90,13 @@ def test_a_pause_is_filled_up_to_a_bound_and_a_restarted_stream_is_not() -> None
     assert abs(decode(OPUS, restart).size / 16_000 - 3 * PACKET_S[OPUS.mimeType]) < 0.02
     behind = [(0, payloads[0]), (step, payloads[1]), (0, payloads[2])]  # timestamps going back: no fill
     assert abs(decode(OPUS, behind).size / 16_000 - 3 * PACKET_S[OPUS.mimeType]) < 0.02
+
+
+def test_timestamps_that_jump_at_every_packet_get_no_more_silence_than_time_has_passed() -> None:
+    payloads = tone_packets(OPUS, 20)
+    step = int(PACKET_S[OPUS.mimeType] * 48_000)
+    jumping = [(i * 20 * 48_000, p) for i, p in enumerate(payloads)]  # 20 s ahead each time, 60 ms apart
+    arrivals = [i * PACKET_S[OPUS.mimeType] for i in range(len(payloads))]
+    heard_s = decode(OPUS, jumping, arrivals).size / 16_000
+    assert heard_s <= arrivals[-1] + PACKET_S[OPUS.mimeType] + FILL_AHEAD_S + 0.01
+    assert heard_s >= len(payloads) * step / 48_000  # every packet's own audio is still there

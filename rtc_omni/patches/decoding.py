@@ -14,7 +14,8 @@ Future per frame. Two changes:
   `put` and `get` are used) and RemoteStreamTrack's `_queue`; aiortc's decoder thread still
   starts, and only waits for the end. A gap in the RTP timestamps (a lost packet, a sender's DTX
   pause) is decoded as that much silence, so the mic's audio keeps media time: the VAD's
-  positions, its pauses and the echo check's alignment stay true after a loss.
+  positions, its pauses and the echo check's alignment stay true after a loss. The silence is
+  bounded: at most 2 s per gap, and never more than the wall clock allows.
 
 Remove when aiortc hands frames over without a task per frame, and lets a receiver choose its
 decoder's output format (no upstream issue yet).
@@ -26,6 +27,8 @@ import asyncio
 import logging
 import queue
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import aiortc.rtcrtpreceiver
@@ -46,6 +49,9 @@ OPUS_DECODE_RATE = 48_000  # libopus through FFmpeg always decodes at 48 kHz
 # restarted stream (a new random timestamp), and is not.
 MAX_GAP_S = 30.0
 MAX_FILL_S = 2.0  # silence enough to end any turn, whatever the pause
+# The stream's audio, decoded and filled, never runs further ahead of the wall clock than this: a
+# peer that jumps its timestamps on every packet gets no more silence than time has passed.
+FILL_AHEAD_S = 1.0
 
 
 def _deliver(track_queue: asyncio.Queue[Any], frames: list[Any]) -> None:
@@ -91,8 +97,9 @@ class MicDecoder:
     decoder and left to ingest's resampler. `get` serves aiortc's idle decoder thread its end.
     """
 
-    def __init__(self, track_queue: asyncio.Queue[Any]) -> None:
+    def __init__(self, track_queue: asyncio.Queue[Any], clock: Callable[[], float] = time.monotonic) -> None:
         self._track_queue = track_queue
+        self._clock = clock
         self._end: queue.Queue[None] = queue.Queue()
         self._codec_name: str | None = None
         self._decoder: AudioCodecContext | Decoder | None = None
@@ -100,6 +107,8 @@ class MicDecoder:
         self._next_timestamp: int | None = None  # where the next packet's audio should start
         self._last_duration = 0  # RTP clock units in the last packet decoded
         self._format: av.AudioFrame | None = None  # a decoded frame: the format silence is made in
+        self._first_at = 0.0  # when the first packet came, on `clock`
+        self._media = 0  # RTP clock units handed on since then, decoded and filled
 
     def put(self, task: tuple[RTCRtpCodecParameters, JitterFrame] | None) -> None:
         if task is None:
@@ -120,12 +129,17 @@ class MicDecoder:
                 self._track_queue.put_nowait(frame)
 
     def _gap(self, clock_rate: int, timestamp: int) -> int:
-        """RTP clock units of audio missing before the packet at `timestamp` (0: none, or a restart)."""
+        """RTP clock units of silence to hand on before the packet at `timestamp`: the audio missing
+        since the last one (none for a restart), within MAX_FILL_S and the wall clock's lead."""
         expected, self._next_timestamp = self._next_timestamp, (timestamp + self._last_duration) % 2**32
         if expected is None:
+            self._first_at, self._media = self._clock(), self._last_duration
             return 0
         gap = (timestamp - expected) % 2**32
-        return min(gap, round(MAX_FILL_S * clock_rate)) if gap <= MAX_GAP_S * clock_rate else 0
+        lead = round((self._clock() - self._first_at + FILL_AHEAD_S) * clock_rate) - self._media
+        fill = min(gap, round(MAX_FILL_S * clock_rate), max(0, lead)) if gap <= MAX_GAP_S * clock_rate else 0
+        self._media += fill + self._last_duration
+        return fill
 
     def get(self) -> None:
         return self._end.get()
