@@ -20,7 +20,6 @@ needs tesseract-ocr and the DejaVu fonts: apt-get install tesseract-ocr fonts-de
 from __future__ import annotations
 
 import difflib
-import fractions
 import io
 import random
 import subprocess
@@ -31,6 +30,7 @@ import av
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from rtc_omni.bench.replay import realtime_vp8_encoder
 from rtc_omni.media.images import fit_frame, frame_to_jpeg
 from rtc_omni.sessions.understand import TRACK_JPEG_QUALITY
 
@@ -98,13 +98,7 @@ def as_buffered(frame: av.VideoFrame) -> np.ndarray:
 
 def through_vp8(frames: list[np.ndarray], bitrate: int) -> tuple[list[np.ndarray], float]:
     """The frames encoded at `bitrate` and decoded as the server buffers them; kb/s reached."""
-    encoder = av.CodecContext.create("libvpx", "w")
-    encoder.width, encoder.height, encoder.pix_fmt = WIDTH, HEIGHT, "yuv420p"
-    encoder.time_base, encoder.framerate = fractions.Fraction(1, FPS), fractions.Fraction(FPS, 1)
-    encoder.bit_rate = bitrate
-    rate = str(bitrate)
-    encoder.options = {"deadline": "realtime", "cpu-used": "8", "lag-in-frames": "0"}
-    encoder.options |= {"minrate": rate, "maxrate": rate, "bufsize": rate}
+    encoder = realtime_vp8_encoder(WIDTH, HEIGHT, FPS, bitrate)
     decoder = av.CodecContext.create("libvpx", "r")
     decoded, size = [], 0
     for index, pixels in enumerate(frames):

@@ -59,22 +59,28 @@ class EncodedLoop:
         return sum(len(f) for f in self.frames) / self.seconds
 
 
+def realtime_vp8_encoder(width: int, height: int, fps: int, bitrate: int) -> av.VideoCodecContext:
+    """libvpx as a WebRTC sender runs it: real-time, constant rate, one output frame per input."""
+    codec = av.CodecContext.create("libvpx", "w")
+    assert isinstance(codec, av.VideoCodecContext)
+    codec.width, codec.height, codec.pix_fmt = width, height, "yuv420p"
+    codec.time_base = fractions.Fraction(1, fps)
+    codec.framerate = fractions.Fraction(fps, 1)
+    codec.bit_rate = bitrate
+    rate = str(bitrate)
+    codec.options = {"deadline": "realtime", "cpu-used": "8", "lag-in-frames": "0"}
+    codec.options |= {"minrate": rate, "maxrate": rate, "bufsize": rate}
+    return codec
+
+
 @functools.cache
 def encode_camera(fps: int, seconds: int = LOOP_SECONDS) -> EncodedLoop:
     """The benchmark's camera (640x480, a moving block, sensor noise) at `fps` as VP8, one keyframe
     at the loop's start."""
     width, height, _ = CAMERA
     count = seconds * fps
-    codec = av.CodecContext.create("libvpx", "w")
-    codec.width, codec.height, codec.pix_fmt = width, height, "yuv420p"
-    codec.time_base = fractions.Fraction(1, fps)
-    codec.framerate = fractions.Fraction(fps, 1)
-    codec.bit_rate = VIDEO_BITRATE
+    codec = realtime_vp8_encoder(width, height, fps, VIDEO_BITRATE)
     codec.gop_size = count  # the replay starts over at a keyframe, as a decoder joining it needs
-    # a real-time constant-rate encode, one output frame per input frame, as a WebRTC sender makes
-    rate = str(VIDEO_BITRATE)
-    codec.options = {"deadline": "realtime", "cpu-used": "8", "lag-in-frames": "0"}
-    codec.options |= {"minrate": rate, "maxrate": rate, "bufsize": rate}
     source, noise = camera(), np.random.default_rng(0)
     packets: list[av.Packet] = []
     for index in range(count):
