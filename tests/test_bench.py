@@ -16,6 +16,7 @@ from aiortc.rtp import RtpPacket, is_rtcp
 from rtc_omni.bench import replay, report, run, understand, websocket
 from rtc_omni.bench.cli import plan_from
 from rtc_omni.cli import build_parser
+from rtc_omni.client.media import camera_send_bitrate
 from rtc_omni.client.peer import UnderstandClient
 
 
@@ -92,6 +93,13 @@ def test_a_replayed_mic_uses_the_packet_time_the_answer_asks() -> None:
     assert replay.mic_packet_ms(audio + "a=ptime:50\r\n") == 40  # the longest Opus packet that fits
     assert replay.mic_packet_ms(audio + "a=ptime:10\r\n") == 20
     assert replay.encode_mic(60).ticks == 2880 and len(replay.encode_mic(60).frames) == 4 * 1000 // 60
+
+
+def test_the_replayed_camera_sends_what_the_page_sends() -> None:
+    camera = replay.encode_camera(replay.CAMERA_FPS)
+    assert len(camera.frames) == replay.CAMERA_FPS * replay.LOOP_SECONDS
+    wanted = camera_send_bitrate(replay.CAMERA_FPS)  # 150 kb/s at 5 fps, the page's maxBitrate
+    assert abs(camera.bytes_per_second * 8 - wanted) <= replay.RATE_TOLERANCE * wanted
 
 
 @pytest.mark.media

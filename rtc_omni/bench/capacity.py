@@ -71,7 +71,7 @@ async def idle_cpu(server_pid: int, seconds: float) -> float:
 async def understand_point(
     url: str, server_pid: int, sessions: int, seconds: float, measuring: Callable[[bool], None] | None = None
 ) -> CapacityPoint:
-    """`sessions` replayed cameras (640x480@30 VP8) + mics (Opus), talker on, a turn every 5 s each
+    """`sessions` replayed cameras (640x480 VP8 as the page sends it) + mics (Opus), talker on, a turn every 5 s each
     (staggered). `measuring(True)` and `measuring(False)` bracket the measured window, for a
     profiler that should see the steady state only."""
     clients = [replaying_client(url) for _ in range(sessions)]

@@ -20,7 +20,7 @@ import av
 import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from ..client.media import AUDIO_RATE, camera_send_fps
+from ..client.media import AUDIO_RATE, camera_send_bitrate, camera_send_fps
 from ..client.peer import DEFAULT_SAMPLE_FPS, UnderstandClient
 from ..config import TALKER_PACKET_MS_CHOICES as PACKET_MS_CHOICES
 from ..signaling.ptime import asked_ptime_ms
@@ -31,10 +31,17 @@ LOOP_SECONDS = 4  # whole seconds, so the mic's tone loops without a click
 # client's cap: camera_send_fps), so the server decodes what real peers now send it.
 CAMERA_FPS = round(camera_send_fps(DEFAULT_SAMPLE_FPS))
 VIDEO_CLOCK_RATE = 90_000
-VIDEO_BITRATE = 500_000  # aiortc's VP8 sender starts at this rate, as the live-encoding peers did
 # A camera's sensor noise (standard deviation, 8-bit levels): without it the flat test picture
-# compresses to ~150 kb/s, with it ~475 kb/s, near the ~440 kb/s a browser sends for a real camera.
+# compresses to ~150 kb/s at 30 fps; with it, it fills whatever bitrate it is given, as a real
+# camera fills a browser's cap.
 SENSOR_NOISE = 2.0
+# libvpx's real-time rate control starts this picture far under its target (a first keyframe of
+# ~600 bytes) and averages 40-75 % of it over the loop, so the target is raised until the loop
+# averages the page's bitrate within this fraction, in at most RATE_TRIES encodes. What it sends
+# grows about as the target's 1.6th power here, hence RATE_STEP.
+RATE_TOLERANCE = 0.1
+RATE_TRIES = 6
+RATE_STEP = 0.6
 MIC_BITRATE = 32_000  # a browser's Opus rate for a mono voice
 MIC_TONE_HZ = 440.0
 MIC_PACKET_MS = 20  # a browser's, unless the answer asks for more (a=ptime; Chromium honours it)
@@ -76,10 +83,22 @@ def realtime_vp8_encoder(width: int, height: int, fps: int, bitrate: int) -> av.
 @functools.cache
 def encode_camera(fps: int, seconds: int = LOOP_SECONDS) -> EncodedLoop:
     """The benchmark's camera (640x480, a moving block, sensor noise) at `fps` as VP8, one keyframe
-    at the loop's start."""
+    at the loop's start, averaging the bitrate the page sends at `fps` (camera_send_bitrate)."""
+    wanted = camera_send_bitrate(fps)
+    target = wanted
+    for _ in range(RATE_TRIES):
+        loop = _encode_camera_at(fps, seconds, target)
+        sent = loop.bytes_per_second * 8
+        if abs(sent - wanted) <= RATE_TOLERANCE * wanted:
+            return loop
+        target = round(target * (wanted / sent) ** RATE_STEP)
+    raise RuntimeError(f"libvpx averaged {sent / 1000:.0f} kb/s for the {wanted / 1000:.0f} kb/s wanted")
+
+
+def _encode_camera_at(fps: int, seconds: int, bitrate: int) -> EncodedLoop:
     width, height, _ = CAMERA
     count = seconds * fps
-    codec = realtime_vp8_encoder(width, height, fps, VIDEO_BITRATE)
+    codec = realtime_vp8_encoder(width, height, fps, bitrate)
     codec.gop_size = count  # the replay starts over at a keyframe, as a decoder joining it needs
     source, noise = camera(), np.random.default_rng(0)
     packets: list[av.Packet] = []

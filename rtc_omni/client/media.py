@@ -54,6 +54,20 @@ def camera_send_fps(sample_fps: float) -> float:
     return max(2.0 * sample_fps, MIN_SEND_FPS)
 
 
+# The page's camera bitrate follows its frame rate (static/js/talk.js cameraEncoding): this many bits
+# a frame, 150 kb/s at 5 fps. docs/protocol.md, "Camera bitrate", has the legibility figures.
+CAMERA_BITS_PER_FRAME = 30_000
+
+
+def camera_send_bitrate(send_fps: float) -> int:
+    """The bitrate the page's camera sends at `send_fps` (maxBitrate): bits per second.
+
+    aiortc's encoder, the headless client's, cannot go below 250 kb/s, so only the page and the
+    benchmark's replayed camera (rtc_omni/bench/replay.py) send it.
+    """
+    return round(CAMERA_BITS_PER_FRAME * send_fps)
+
+
 class ColourVideoTrack(VideoStreamTrack):
     """A camera showing one colour; with `moving=True` a bright block sweeps across it.
 

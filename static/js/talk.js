@@ -17,12 +17,21 @@ const PTT_TAIL_MS = 250;
 // rtc_omni/client/media.py camera_send_fps (the same rule) says why, docs/protocol.md has the figures.
 const DEFAULT_SAMPLE_FPS = 2;
 const MIN_SEND_FPS = 5;
+// The camera's bitrate follows its frame rate: this many bits a frame, 150 kb/s at 5 fps
+// (rtc_omni/client/media.py CAMERA_BITS_PER_FRAME; docs/protocol.md, "Camera bitrate", says why).
+const CAMERA_BITS_PER_FRAME = 30_000;
 
 /** The frame rate the camera sends to a session sampling `sampleFps`, at most `captureFps` when known. */
-export function cameraSendFps(sampleFps, captureFps) {
+function cameraSendFps(sampleFps, captureFps) {
   const sample = Number.isFinite(sampleFps) && sampleFps > 0 ? sampleFps : DEFAULT_SAMPLE_FPS;
   const wanted = Math.max(2 * sample, MIN_SEND_FPS);
   return captureFps > 0 ? Math.min(wanted, captureFps) : wanted;
+}
+
+/** The camera's sendEncodings for a session sampling `sampleFps`: its frame rate and the bitrate that goes with it. */
+export function cameraEncoding(sampleFps, captureFps) {
+  const maxFramerate = cameraSendFps(sampleFps, captureFps);
+  return { maxFramerate, maxBitrate: Math.round(CAMERA_BITS_PER_FRAME * maxFramerate) };
 }
 
 const PTT_HINT =
@@ -185,10 +194,10 @@ export class TalkView {
             // Under CPU or bandwidth pressure, send fewer frames rather than smaller ones: the model
             // sees a few frames a second, each of which should keep its detail.
             video.contentHint = "detail";
-            const maxFramerate = cameraSendFps(this.config().sample_fps, video.getSettings().frameRate);
-            const sendEncodings = [{ maxFramerate }];
+            const encoding = cameraEncoding(this.config().sample_fps, video.getSettings().frameRate);
+            const sendEncodings = [encoding];
             this.cameraSender = pc.addTransceiver(video, { direction: "sendonly", streams: [this.stream], sendEncodings }).sender;
-            $("hud-camera").textContent = `≤ ${maxFramerate} fps`;
+            $("hud-camera").textContent = `≤ ${encoding.maxFramerate} fps`;
           }
           if (audio) pc.addTransceiver(audio, { direction: "sendrecv", streams: [this.stream] });
           else pc.addTransceiver("audio", { direction: "recvonly" });
@@ -368,20 +377,21 @@ export class TalkView {
     this.refresh();
   }
 
-  /** The camera sends what the server samples at `sampleFps`, with headroom (cameraSendFps). */
+  /** The camera sends what the server samples at `sampleFps`, with headroom (cameraEncoding). */
   async limitCamera(sampleFps) {
     const sender = this.cameraSender;
     if (!sender || !sender.track) return;
-    const maxFramerate = cameraSendFps(sampleFps, sender.track.getSettings().frameRate);
+    const { maxFramerate, maxBitrate } = cameraEncoding(sampleFps, sender.track.getSettings().frameRate);
     const parameters = sender.getParameters();
-    if (!parameters.encodings?.length || parameters.encodings[0].maxFramerate === maxFramerate) return;
-    parameters.encodings[0].maxFramerate = maxFramerate;
+    const current = parameters.encodings?.[0];
+    if (!current || (current.maxFramerate === maxFramerate && current.maxBitrate === maxBitrate)) return;
+    Object.assign(current, { maxFramerate, maxBitrate });
     try {
       await sender.setParameters(parameters);
       $("hud-camera").textContent = `≤ ${maxFramerate} fps`;
     } catch (error) {
-      // The session still works, at the camera's full rate.
-      this.notice.show(`Could not lower the camera's frame rate: ${error.message}`, "warning");
+      // The session still works, at the camera's full rate and the server's bitrate cap.
+      this.notice.show(`Could not set the camera's frame rate and bitrate: ${error.message}`, "warning");
     }
   }
 

@@ -1,5 +1,5 @@
-"""The page's camera sends what the server samples: maxFramerate follows `sample_fps`, and the
-server's answer caps the bitrate a browser sends (b=AS, REMB).
+"""The page's camera sends what the server samples: maxFramerate follows `sample_fps`, maxBitrate
+follows maxFramerate, and the server's answer caps the bitrate a browser sends (b=AS, REMB).
 
 Chromium's fake camera captures at 30 fps (conftest.py's Y4M file).
 """
@@ -31,6 +31,8 @@ CAMERA_SENDER = """() => {
   const sender = window.rtcOmni.talk.cameraSender;
   return sender ? sender.getParameters().encodings[0].maxFramerate ?? null : null;
 }"""
+CAMERA_MAX_BITRATE = """() => window.rtcOmni.talk.cameraSender.getParameters().encodings[0].maxBitrate ?? null"""
+BITS_PER_FRAME = 30_000  # static/js/talk.js CAMERA_BITS_PER_FRAME
 
 OUTBOUND_VIDEO = """async () => {
   let found = null;
@@ -52,6 +54,21 @@ async def frames_received_in_window(server: Any, page: Page) -> int:
     return counters.frames_received - before
 
 
+async def highest_target_bitrate(page: Page, seconds: float) -> int:
+    """The highest bitrate Chromium's camera encoder aimed at over the next `seconds`.
+
+    Chromium starts a stream at the lower of 300 kb/s and maxBitrate (250 kb/s under the server's
+    b=AS: 300 kb/s), then follows aiortc's REMB, which starts lower and climbs over ~10 s, so the
+    first seconds after connecting show the page's own cap.
+    """
+    highest = 0
+    for _ in range(int(seconds / 0.25)):
+        outbound = await page.evaluate(OUTBOUND_VIDEO)
+        highest = max(highest, (outbound or {}).get("targetBitrate") or 0)  # none before the first frame
+        await asyncio.sleep(0.25)
+    return highest
+
+
 def at_most(fps: float) -> int:
     """Frames a sender at `fps` can deliver in the window, with room for a late burst: far below 30 fps."""
     return int(fps * WINDOW_S * 1.5) + 3
@@ -61,6 +78,9 @@ async def test_the_camera_sends_what_the_default_sampling_rate_needs(make_server
     server = await make_server()
     page = await open_page(server.url)
     await connect_talk(page)
+    # Under the server's 300 kb/s cap, the page asks its encoder for half of it at 5 fps.
+    assert 0 < await highest_target_bitrate(page, 2.0) <= 5 * BITS_PER_FRAME
+    assert await page.evaluate(CAMERA_MAX_BITRATE) == 5 * BITS_PER_FRAME
 
     assert await page.evaluate(CAMERA_SENDER) == 5  # max(2 x 2 fps, 5)
     await expect(page.locator("#hud-camera")).to_have_text("≤ 5 fps")
@@ -83,6 +103,7 @@ async def test_the_camera_rate_follows_the_sample_fps_the_session_applies(
     await expect(page.locator("#talk-settings-state")).to_have_text("Applied.", timeout=10_000)
     await expect(page.locator("#hud-camera")).to_have_text("≤ 8 fps")
     assert await page.evaluate(CAMERA_SENDER) == 8
+    assert await page.evaluate(CAMERA_MAX_BITRATE) == 8 * BITS_PER_FRAME
     received = await frames_received_in_window(server, page)
     assert 0 < received <= at_most(8), received
 
