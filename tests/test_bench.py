@@ -30,6 +30,34 @@ def test_bench_arguments_choose_the_plan() -> None:
     assert sweep.sessions_only and sweep.server_args == ("--workers", "2")
 
 
+def _sweep_point(sessions: int, ok: bool) -> dict[str, Any]:
+    return {
+        "sessions": sessions,
+        "ok": ok,
+        "server_cpu_s_per_s_per_session": 0.04,
+        "ingest_p50_ms": 6.0,
+        "ingest_p95_ms": 9.0 if ok else 150.0,
+        "turns_completed": 3 * sessions,
+        "turns_sent": 3 * sessions,
+        "min_fps": None,
+        "client_cpu_s_per_s": 0.1,
+    }
+
+
+def test_the_report_says_when_the_sweep_found_no_limit() -> None:
+    def largest(points: list[dict[str, Any]], max_understand: int) -> str:
+        cap = {"idle_server_cpu_s_per_s": 0.0, "understand": points, "generate": [], "max_understand": max_understand}
+        return dict(report.rows(run.Result({}, figures={"capacity": cap})))[
+            "4 capacity: largest N understanding sessions passing"
+        ]
+
+    assert largest([_sweep_point(16, True), _sweep_point(20, False)], 16) == "16"
+    assert (
+        largest([_sweep_point(16, True), _sweep_point(20, True)], 20)
+        == "20 (every N swept passed: the limit is higher)"
+    )
+
+
 async def _outbound_ssrcs(client: UnderstandClient) -> dict[str, int]:
     report = await client.pc.getStats()
     return {s.kind: s.ssrc for s in report.values() if s.type == "outbound-rtp"}

@@ -49,7 +49,10 @@ def _capacity_rows(cap: dict[str, Any]) -> list[tuple[str, str]]:
     out = [(f"4 capacity: idle server ({server} arguments)", f"{cap['idle_server_cpu_s_per_s']:.3f} CPU-s/s")]
     for point in cap["understand"]:
         out.append((f"4 capacity: {point['sessions']} understanding sessions (replayed peers)", _capacity_row(point)))
-    out.append(("4 capacity: largest N understanding sessions passing", str(cap["max_understand"])))
+    largest = str(cap["max_understand"])
+    if cap["understand"] and cap["max_understand"] == cap["understand"][-1]["sessions"]:
+        largest += " (every N swept passed: the limit is higher)"
+    out.append(("4 capacity: largest N understanding sessions passing", largest))
     for point in cap["generate"]:
         out.append((f"4 capacity: {point['sessions']} generation streams 832x480@16", _capacity_row(point)))
     if cap["generate"]:
