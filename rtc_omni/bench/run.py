@@ -25,7 +25,7 @@ class Plan:
     audio_turns: int = 8
     generate_seconds: float = 20.0
     generate_chunks: int = 15
-    # Up to where this 2-core machine fails (20-28 in 2026-12); the sweep stops at the first N that fails.
+    # Past where a 2-core machine fails (28 passed, 32 failed on 2026-12-02); the sweep stops at the first failure.
     understand_sessions: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16, 20, 24, 28, 32, 40)
     generate_streams: tuple[int, ...] = (1, 2, 4)
     capacity_seconds: float = 15.0

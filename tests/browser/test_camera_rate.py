@@ -57,9 +57,9 @@ async def frames_received_in_window(server: Any, page: Page) -> int:
 async def highest_target_bitrate(page: Page, seconds: float) -> int:
     """The highest bitrate Chromium's camera encoder aimed at over the next `seconds`.
 
-    Chromium starts a stream at the lower of 300 kb/s and maxBitrate (250 kb/s under the server's
-    b=AS: 300 kb/s), then follows aiortc's REMB, which starts lower and climbs over ~10 s, so the
-    first seconds after connecting show the page's own cap.
+    Chromium's encoder starts under its ceiling (measured: 250 kb/s under the server's 300 kb/s
+    b=AS alone, 125 kb/s under the page's 150 kb/s maxBitrate), then follows aiortc's REMB, which
+    starts lower and climbs over ~10 s; so the first seconds after connecting show the page's cap.
     """
     highest = 0
     for _ in range(int(seconds / 0.25)):
