@@ -159,16 +159,29 @@ async def test_frames_consumed_lists_the_sampled_frames(server: RunningServer, m
     assert "I see 4 frames of 320x240" in result.text
 
 
-async def test_still_scene_query_sees_the_newest_frame(server: RunningServer, make_client: ClientFactory) -> None:
+async def test_still_scene_query_sees_the_newest_frame(
+    server: RunningServer, make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The newest frame stands in for the buffer's, though EVS filtered it; filtered frames cost no
+    JPEG until then."""
+    from rtc_omni.sessions import understand
+
+    encoded: list[int] = []
+    encode = understand.frame_to_jpeg
+    monkeypatch.setattr(understand, "frame_to_jpeg", lambda frame, quality: encoded.append(1) or encode(frame, quality))
     client = await make_client(server, colour="magenta", tone=None, config={"modalities": ["text"]})
     await client.wait_event(where=lambda e: e.get("reason") == "filtered")
+    await client.wait_event(where=lambda e: e.get("reason") == "filtered", after=len(client.events))
     newest_filtered = [e for e in client.events if e.get("reason") == "filtered"][-1]
+    assert len(encoded) == len([e for e in client.events if _accepted(e)]) == 1
 
     result = await client.ask("still there?")
 
     consumed = next(e for e in result.events if e["type"] == "video.frames.consumed")
     assert consumed["frame_ids"][-1] != "rtp-1"
     assert int(consumed["frame_ids"][-1].split("-")[1]) >= int(newest_filtered["frame_id"].split("-")[1])
+    assert "The newest frame is mostly magenta" in result.text
+    assert len(encoded) == 2
 
 
 @pytest.mark.parametrize("kind", ["talk", "nonsense"])

@@ -16,7 +16,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import av
@@ -102,10 +102,22 @@ class _Turn:
 
 @dataclass
 class _PendingFrame:
-    """The newest sampled camera frame, kept even when EVS filtered it (see `_turn_frames`)."""
+    """The newest sampled camera frame, kept even when EVS filtered it (see `_turn_frames`).
+
+    A filtered frame is JPEG-encoded only if a turn takes it: on a still scene EVS filters nearly
+    every sampled frame, and a turn takes at most the newest. Until then it holds the fitted frame
+    (one per session, within --max-image-pixels)."""
 
     frame: BufferedFrame
     buffered: bool
+    image: av.VideoFrame | None = None  # the fitted frame, while `frame.data` is not yet its JPEG
+
+    async def encoded(self) -> BufferedFrame:
+        """The frame with its JPEG, encoded at the first call (off the loop)."""
+        if self.image is not None:
+            jpeg = await asyncio.to_thread(frame_to_jpeg, self.image, TRACK_JPEG_QUALITY)
+            self.frame, self.image = replace(self.frame, data=jpeg), None
+        return self.frame
 
 
 @dataclass(frozen=True)
@@ -365,7 +377,8 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         self._buffer_frame(frame, retained)
 
     async def add_track_frame(self, frame: av.VideoFrame, pts_ms: float | None, received_ts_ms: float) -> None:
-        """A sampled camera frame: EVS, JPEG for the buffer, ack. Runs only for sampled frames."""
+        """A sampled camera frame: EVS, JPEG for the buffer (a filtered frame's only when a turn
+        takes it), ack. Runs only for sampled frames."""
         if self.state != "active":
             return
         self.counters.frames_sampled += 1
@@ -377,7 +390,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             keep = track_filter is None or track_filter.should_retain_thumbnail(
                 frame_thumbnail(frame, track_filter.thumbnail_size)
             )
-            return keep, frame_to_jpeg(frame, TRACK_JPEG_QUALITY)
+            return keep, frame_to_jpeg(frame, TRACK_JPEG_QUALITY) if keep else b""
 
         retained, jpeg = await asyncio.to_thread(evaluate)
         if self.state != "active":
@@ -389,7 +402,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             receiver_received_ts_ms=received_ts_ms,
             decoded_ready_ts_ms=_now_ms(),
         )
-        self._latest_track_frame = _PendingFrame(buffered, buffered=retained)
+        self._latest_track_frame = _PendingFrame(buffered, buffered=retained, image=None if retained else frame)
         self._buffer_frame(buffered, retained)
 
     def _buffer_frame(self, frame: BufferedFrame, retained: bool) -> None:
@@ -474,15 +487,16 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             self._error(proto.NO_FRAMES_BUFFERED)
             return
         turn = _Turn(request_id=f"video-{uuid.uuid4().hex[:12]}")
-        frames = self._turn_frames()
+        frames, newest = self._turn_frames()
         audio = self._audio.take_all() if audio is None else audio
         self._turn = turn
         self.counters.turns_started += 1
         metrics.TURNS.labels("started").inc()
-        turn.task = self._tasks.spawn(self._run_turn(turn, frames, audio, query, speech_ms))
+        turn.task = self._tasks.spawn(self._run_turn(turn, frames, newest, audio, query, speech_ms))
 
-    def _turn_frames(self) -> list[BufferedFrame]:
-        """The reference's sample of the buffer, with the newest camera frame always current.
+    def _turn_frames(self) -> tuple[list[BufferedFrame], _PendingFrame | None]:
+        """The reference's sample of the buffer, and the filtered frame that stands in for its
+        newest, if any: the newest camera frame is always current.
 
         EVS keeps near-duplicates out of the buffer, so on a still scene the newest buffered frame
         can be minutes old. When the newest sampled camera frame was filtered, it stands in for the
@@ -493,8 +507,8 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         frames = self._frames.sample(self.config.num_frames)
         latest = self._latest_track_frame
         if latest is not None and not latest.buffered and frames and frames[-1].frame_id != latest.frame.frame_id:
-            frames[-1] = latest.frame
-        return frames
+            return frames, latest
+        return frames, None
 
     async def _cancel_turn(self, *, notify: bool) -> None:
         """Interrupt the active turn: stop its text, flush its audio, abort its engine request."""
@@ -524,7 +538,13 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         ]
 
     async def _run_turn(
-        self, turn: _Turn, frames: list[BufferedFrame], audio: bytes, query: str, speech_ms: float | None
+        self,
+        turn: _Turn,
+        frames: list[BufferedFrame],
+        newest: _PendingFrame | None,
+        audio: bytes,
+        query: str,
+        speech_ms: float | None,
     ) -> None:
         assert self.config is not None
         config = self.config
@@ -532,6 +552,8 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         self._emit(proto.ResponseStart(request_id=request_id))
         audio_seen = False
         try:
+            if newest is not None:
+                frames[-1] = await newest.encoded()
             turn_frames = self._engine_frames(frames)
             engine_turn = UnderstandTurn(
                 request_id=request_id,
