@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import importlib.util
 import shlex
 import sys
 import time
@@ -62,6 +63,9 @@ def plan_from(args: argparse.Namespace) -> Plan:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.plots and importlib.util.find_spec("matplotlib") is None:  # say so now, not after the run
+        print("rtc-omni: --plots needs matplotlib: pip install 'rtc-omni[bench]'", file=sys.stderr)
+        return 2
     from .. import patches
     from . import report, run
 
