@@ -46,7 +46,9 @@ end = time.monotonic() + {s}
 while time.monotonic() < end:
     pass
 """
-SPIN_LIMIT_S = 600.0  # a spinner ends by itself after this, whatever happens to this process
+# A spinner ends by itself this long after the measurement it serves should have ended, whatever
+# happens to this process.
+SPIN_SPARE_S = 120.0
 GAPS_S = (0.0, 0.0025, 0.020)
 WORK_RUNS = 500
 WORK_ROUNDS = 3
@@ -54,12 +56,13 @@ _PACKET = RtpPacket(payload_type=96, sequence_number=1, timestamp=1, ssrc=1, pay
 
 
 @contextlib.contextmanager
-def busy_cores(on: bool) -> Iterator[None]:
-    """One SCHED_IDLE spinner per core while inside, if `on`: the cores never idle."""
-    spinners = [
-        subprocess.Popen([sys.executable, "-c", SPIN.format(s=SPIN_LIMIT_S)]) for _ in range(os.cpu_count() or 1) if on
-    ]
+def busy_cores(on: bool, seconds: float) -> Iterator[None]:
+    """One SCHED_IDLE spinner per core this process may use while inside, if `on`: the cores never
+    idle. `seconds`: how long the measurement inside should take."""
+    spinners: list[subprocess.Popen[bytes]] = []
     try:
+        for _ in range(len(os.sched_getaffinity(0)) if on else 0):
+            spinners.append(subprocess.Popen([sys.executable, "-c", SPIN.format(s=seconds + SPIN_SPARE_S)]))
         time.sleep(0.5 if on else 0)
         yield
     finally:
@@ -112,7 +115,7 @@ def work_rounds() -> None:
     print("1. the same Python work (20 RTP packets parsed, 20 JSON events), median thread CPU µs:")
     runs: dict[bool, list[list[float]]] = {False: [], True: []}
     for round_, busy in _alternating(WORK_ROUNDS):
-        with busy_cores(busy):
+        with busy_cores(busy, WORK_RUNS * sum(GAPS_S)):
             runs[busy].append([work_after_gap(gap) for gap in GAPS_S])
         figures = ", ".join(f"{us:6.1f} after {gap * 1000:4.1f} ms" for us, gap in zip(runs[busy][-1], GAPS_S))
         print(f"   round {round_} {_cores(busy)}: {figures}", flush=True)
@@ -125,7 +128,7 @@ async def session_rounds(sessions: int, seconds: float, rounds: int) -> None:
     print(f"2. N={sessions}, {seconds:.0f} s per round, server CPU-s/s per session:")
     results: dict[bool, list[float]] = {False: [], True: []}
     for round_, busy in _alternating(rounds):
-        with busy_cores(busy):
+        with busy_cores(busy, seconds):
             results[busy].append(await session_cpu(sessions, seconds))
         print(f"   round {round_} {_cores(busy)}: {results[busy][-1]:.4f}", flush=True)
     idle, busy_mean = statistics.mean(results[False]), statistics.mean(results[True])

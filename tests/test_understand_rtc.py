@@ -184,6 +184,32 @@ async def test_still_scene_query_sees_the_newest_frame(
     assert len(encoded) == 2
 
 
+async def test_a_newest_frame_that_fails_to_encode_leaves_the_turn_the_buffered_one(
+    server: RunningServer, make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rtc_omni.sessions import understand
+
+    encode = understand.frame_to_jpeg
+    calls: list[int] = []
+
+    def first_only(frame, quality):  # the kept first frame encodes; the filtered newest does not
+        calls.append(1)
+        if len(calls) > 1:
+            raise ValueError("broken planes")
+        return encode(frame, quality)
+
+    monkeypatch.setattr(understand, "frame_to_jpeg", first_only)
+    client = await make_client(server, colour="magenta", tone=None, config={"modalities": ["text"]})
+    await client.wait_event(where=lambda e: e.get("reason") == "filtered")
+
+    result = await client.ask("still there?")
+
+    assert not result.errors and "The newest frame is mostly magenta" in result.text
+    consumed = next(e for e in result.events if e["type"] == "video.frames.consumed")
+    assert consumed["frame_ids"] == ["rtp-1"]
+    assert len(calls) == 2
+
+
 @pytest.mark.parametrize("kind", ["talk", "nonsense"])
 async def test_unknown_session_kind_is_refused(server: RunningServer, make_client: ClientFactory, kind: str) -> None:
     from rtc_omni.client.peer import SignalingError, UnderstandClient

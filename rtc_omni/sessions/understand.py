@@ -106,7 +106,8 @@ class _PendingFrame:
 
     A filtered frame is JPEG-encoded only if a turn takes it: on a still scene EVS filters nearly
     every sampled frame, and a turn takes at most the newest. Until then it holds the fitted frame
-    (one per session, within --max-image-pixels)."""
+    (within --max-image-pixels; one per session, two for the moment a cancelled turn's encode
+    takes to finish)."""
 
     frame: BufferedFrame
     buffered: bool
@@ -525,6 +526,15 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         if notify:
             self._emit(proto.ResponseCancelled(request_id=turn.request_id))
 
+    async def _newest_encoded(self, newest: _PendingFrame, buffered: BufferedFrame) -> BufferedFrame:
+        """The filtered newest frame with its JPEG, or the buffer's newest if it cannot be encoded
+        (the turn goes on with the frame EVS judged alike)."""
+        try:
+            return await newest.encoded()
+        except ValueError as exc:
+            logger.warning("session %s: the newest camera frame failed to encode: %s", self.session_id, exc)
+            return buffered
+
     @staticmethod
     def _engine_frames(frames: list[BufferedFrame]) -> list[TurnFrame]:
         """The buffered JPEGs as the engine's frames, decoded only as far as the engine looks."""
@@ -553,7 +563,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         audio_seen = False
         try:
             if newest is not None:
-                frames[-1] = await newest.encoded()
+                frames[-1] = await self._newest_encoded(newest, frames[-1])
             turn_frames = self._engine_frames(frames)
             engine_turn = UnderstandTurn(
                 request_id=request_id,
