@@ -44,19 +44,6 @@ def _sweep_point(sessions: int, ok: bool) -> dict[str, Any]:
     }
 
 
-def test_plots_without_matplotlib_fail_before_the_run(monkeypatch, capsys, tmp_path: Path) -> None:
-    from rtc_omni.bench import cli
-
-    async def no_run(plan, progress):  # the run must not start
-        raise AssertionError("the benchmark ran")
-
-    monkeypatch.setattr(run, "run", no_run)
-    monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name: None if name == "matplotlib" else object())
-    args = build_parser().parse_args(["bench", "--quick", "--plots", str(tmp_path)])
-    assert cli.main(args) == 2
-    assert "--plots needs matplotlib: pip install 'rtc-omni[bench]'" in capsys.readouterr().err
-
-
 def test_the_report_says_when_the_sweep_found_no_limit() -> None:
     def largest(points: list[dict[str, Any]], max_understand: int) -> str:
         cap = {"idle_server_cpu_s_per_s": 0.0, "understand": points, "generate": [], "max_understand": max_understand}
@@ -69,6 +56,19 @@ def test_the_report_says_when_the_sweep_found_no_limit() -> None:
         largest([_sweep_point(16, True), _sweep_point(20, True)], 20)
         == "20 (every N swept passed: the limit is higher)"
     )
+
+
+def test_plots_without_matplotlib_fail_before_the_run(monkeypatch, capsys, tmp_path: Path) -> None:
+    from rtc_omni.bench import cli
+
+    async def no_run(plan, progress):  # the run must not start
+        raise AssertionError("the benchmark ran")
+
+    monkeypatch.setattr(run, "run", no_run)
+    monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name: None if name == "matplotlib" else object())
+    args = build_parser().parse_args(["bench", "--quick", "--plots", str(tmp_path)])
+    assert cli.main(args) == 2
+    assert "--plots needs matplotlib: pip install 'rtc-omni[bench]'" in capsys.readouterr().err
 
 
 async def _outbound_ssrcs(client: UnderstandClient) -> dict[str, int]:
