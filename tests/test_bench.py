@@ -18,6 +18,7 @@ from rtc_omni.bench.cli import plan_from
 from rtc_omni.cli import build_parser
 from rtc_omni.client.media import camera_send_bitrate
 from rtc_omni.client.peer import UnderstandClient
+from rtc_omni.config import Settings, load_settings
 
 
 def test_bench_arguments_choose_the_plan() -> None:
@@ -28,6 +29,16 @@ def test_bench_arguments_choose_the_plan() -> None:
     assert plan_from(build_parser().parse_args(["bench"])) == run.FULL
     sweep = plan_from(build_parser().parse_args(["bench", "--sessions-only", "--server-args=--workers 2"]))
     assert sweep.sessions_only and sweep.server_args == ("--workers", "2")
+
+
+def test_the_sweep_server_admits_every_session_of_one_address_and_the_users_arguments_win() -> None:
+    def settings(plan: run.Plan) -> Settings:
+        return load_settings(build_parser().parse_args(["serve", *run.sweep_server_args(plan)]), environ={})
+
+    full = settings(run.FULL)  # 64 sessions at most, all from 127.0.0.1: the defaults would refuse some
+    assert (full.max_sessions, full.max_connections_per_client, full.session_rate_limit) == (128, 128, 0)
+    mine = settings(run.Plan(server_args=("--workers", "2", "--max-sessions", "10")))
+    assert (mine.workers, mine.max_sessions) == ("2", 10)
 
 
 def _sweep_point(sessions: int, ok: bool) -> dict[str, Any]:

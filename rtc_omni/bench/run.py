@@ -25,8 +25,9 @@ class Plan:
     audio_turns: int = 8
     generate_seconds: float = 20.0
     generate_chunks: int = 15
-    # Past where a 2-core machine fails (28 passed, 32 failed on 2026-12-02); the sweep stops at the first failure.
-    understand_sessions: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16, 20, 24, 28, 32, 40)
+    # Past where a 2-core machine fails (one worker: 28 passed, 32 failed; two: 64 passed on a faster VM, both
+    # on 2026-12-02); the sweep stops at the first failure.
+    understand_sessions: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64)
     generate_streams: tuple[int, ...] = (1, 2, 4)
     capacity_seconds: float = 15.0
     codecs: tuple[str, ...] = ("vp8", "h264")
@@ -136,11 +137,20 @@ def _ratio(a: dict[str, float], b: dict[str, float], key: str) -> float | None:
     return round(a[key] / b[key], 2) if a.get("n") and b.get("n") and b[key] else None
 
 
+def sweep_server_args(plan: Plan) -> list[str]:
+    """The capacity server's arguments: room for the sweep's largest N, then `plan.server_args` (which
+    win). Every replayed peer comes from 127.0.0.1, so the per-client limits would count them all as
+    one client; twice the largest N leaves room for the previous N's sessions while they close."""
+    room = str(2 * max(plan.understand_sessions + plan.peer_sessions))
+    limits = ["--max-sessions", room, "--max-connections-per-client", room, "--session-rate-limit", "0"]
+    return [*limits, *plan.server_args]
+
+
 async def _capacity(plan: Plan, result: Result, progress: Callable[[str], None]) -> dict[str, Any]:
     """Sweep N upwards; stop at the first N that fails (a turn lost, ingest p95 >= 100 ms, frames late)."""
     out: dict[str, Any] = {"understand": [], "generate": [], "max_understand": 0, "max_generate": 0}
     out["server_args"] = list(plan.server_args)
-    with server(list(plan.server_args)) as (process, url):
+    with server(sweep_server_args(plan)) as (process, url):
         progress("capacity: idle server")
         idle = out["idle_server_cpu_s_per_s"] = round(await capacity.idle_cpu(process.pid, IDLE_SECONDS), 3)
         for n in plan.understand_sessions:
@@ -187,7 +197,7 @@ async def _peer(plan: Plan, python: str, cap: dict[str, Any], progress: Callable
         ours = next((p for p in cap["understand"] if p["sessions"] == n), None)
         if ours is None:
             progress(f"rtc-omni: {n} understanding sessions, for the comparison")
-            with server(list(plan.server_args)) as (process, url):
+            with server(sweep_server_args(plan)) as (process, url):
                 ours = _point(await capacity.understand_point(url, process.pid, n, plan.capacity_seconds))
         progress(f"pipecat: {n} sessions")
         theirs = await peer.measure(python, n, plan.capacity_seconds)
