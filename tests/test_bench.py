@@ -69,10 +69,12 @@ def test_the_report_says_when_the_sweep_found_no_limit() -> None:
     )
 
 
-def test_plots_without_matplotlib_fail_before_the_run(monkeypatch, capsys, tmp_path: Path) -> None:
+def test_plots_without_matplotlib_fail_before_the_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     from rtc_omni.bench import cli
 
-    async def no_run(plan, progress):  # the run must not start
+    async def no_run(plan: run.Plan, progress: object) -> None:  # the run must not start
         raise AssertionError("the benchmark ran")
 
     monkeypatch.setattr(run, "run", no_run)

@@ -6,6 +6,7 @@ import asyncio
 import re
 import time
 
+import av
 import pytest
 
 from rtc_omni.client.media import COLOURS
@@ -192,7 +193,7 @@ async def test_a_newest_frame_that_fails_to_encode_leaves_the_turn_the_buffered_
     encode = understand.frame_to_jpeg
     calls: list[int] = []
 
-    def first_only(frame, quality):  # the kept first frame encodes; the filtered newest does not
+    def first_only(frame: av.VideoFrame, quality: int) -> bytes:  # the kept first frame encodes; the newest not
         calls.append(1)
         if len(calls) > 1:
             raise ValueError("broken planes")
