@@ -14,10 +14,10 @@ import asyncio
 import re
 import time
 
-from rtc_omni.engines.base import INPUT_SAMPLE_RATE
 from rtc_omni.engines.synthetic import espeak_voice
 from rtc_omni.engines.whisper import WhisperTranscriber
 from rtc_omni.media.pcm_resample import convert
+from rtc_omni.pcm import INPUT_SAMPLE_RATE
 
 SENTENCES = [
     "What colour is this?",

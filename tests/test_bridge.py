@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
+import simplejpeg
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
@@ -332,7 +333,7 @@ async def test_the_reference_done_event_quirks_give_the_whole_answer_once() -> N
     await server.start_server()
     url = str(server.make_url("")).rstrip("/").replace("http://", "ws://")
     engine = RemoteUnderstandEngine(UpstreamPool([url], "/v1/video/chat/stream", 10.0, 2.0))
-    frame = TurnFrame(pixels=np.full((48, 64, 3), 200, np.uint8), frame_id=None, pts_ms=None)
+    frame = TurnFrame(frame_id=None, pts_ms=None, jpeg=simplejpeg.encode_jpeg(np.full((48, 64, 3), 200, np.uint8)))
     try:
         for name in SCRIPTS:
             turn = UnderstandTurn(request_id=name, frames=[frame], audio_pcm16=b"\x00\x00" * 16_000, query=name)

@@ -11,7 +11,7 @@ def test_session_config_defaults_aliases_and_ranges() -> None:
     config = SessionConfig()
     assert (config.num_frames, config.max_frames, config.frame_filter_threshold) == (4, 50, 0.95)
     assert config.modalities == ["text", "audio"] and config.sample_fps == 2.0 and not config.audio_events
-    assert config.track_filter_threshold == SessionConfig.TRACK_DEFAULT_FILTER_THRESHOLD
+    assert config.track_filter_threshold is None  # the camera path's default (sessions/camera.py)
     legacy = SessionConfig.model_validate({"num_sample_frames": 8, "evs_enabled": False, "evs_threshold": 0.9})
     assert (legacy.num_frames, legacy.enable_frame_filter, legacy.frame_filter_threshold) == (8, False, 0.9)
     assert legacy.track_filter_threshold == 0.9  # an explicit threshold is honoured exactly

@@ -15,6 +15,7 @@ import aiohttp
 import av
 import numpy as np
 import pytest
+import simplejpeg
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from aiortc.mediastreams import MediaStreamError
@@ -265,7 +266,7 @@ async def engine_error_from(path: str, reply: str, request: UnderstandTurn | Gen
 
 
 async def test_a_hostile_upstreams_oversized_messages_fail_the_request_not_the_gateway() -> None:
-    frame = TurnFrame(pixels=np.zeros((48, 64, 3), np.uint8), frame_id=None, pts_ms=None)
+    frame = TurnFrame(frame_id=None, pts_ms=None, jpeg=simplejpeg.encode_jpeg(np.zeros((48, 64, 3), np.uint8)))
     turn = UnderstandTurn(request_id="t", frames=[frame], audio_pcm16=b"", query="hi")
     huge_delta = json.dumps({"type": "response.text.delta", "delta": "x" * 8_000_000})
     await engine_error_from(understand_proto.WEBSOCKET_PATH, huge_delta, turn, f"over {4 * 1024 * 1024} bytes")

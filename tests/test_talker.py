@@ -11,6 +11,7 @@ import pytest
 from aiortc.mediastreams import MediaStreamError
 
 from rtc_omni.media.talker import TAIL_PACKETS, TalkerAudioTrack
+from rtc_omni.pcm import float_to_pcm16
 
 RTP_CLOCK = 48_000
 
@@ -40,7 +41,7 @@ async def test_talker_sends_paced_opus_packets_of_the_engines_audio(packet_ms: i
     talker = TalkerAudioTrack()
     assert talker.packet_ms == 120  # --talker-packet-ms's default
     talker.packet_ms = packet_ms
-    await talker.write(tone(1.0))
+    await talker.write(float_to_pcm16(tone(1.0)))
     started = time.monotonic()
     packets = [await talker.recv() for _ in range(5)]
     assert (
@@ -67,13 +68,13 @@ async def test_an_idle_talker_encodes_and_sends_nothing() -> None:
 
 async def test_after_a_pause_timestamps_follow_the_wall_clock() -> None:
     talker = sixty_ms_talker()
-    await talker.write(tone(0.1))
+    await talker.write(float_to_pcm16(tone(0.1)))
     first = [await talker.recv() for _ in range(2 + TAIL_PACKETS)]  # two voiced packets, then the silent tail
     assert np.abs(decode(first)[-1000:]).max() < 0.01
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.5):
             await talker.recv()
-    await talker.write(tone(0.1))
+    await talker.write(float_to_pcm16(tone(0.1)))
     resumed = await talker.recv()
     gap_s = (resumed.pts - first[-1].pts) / RTP_CLOCK
     assert 0.5 < gap_s < 0.8  # the pause is in the timestamps, so the peer's jitter buffer keeps its delay
@@ -82,7 +83,7 @@ async def test_after_a_pause_timestamps_follow_the_wall_clock() -> None:
 
 async def test_flush_silences_the_talker_within_one_packet() -> None:
     talker = sixty_ms_talker()
-    await talker.write(tone(2.0))
+    await talker.write(float_to_pcm16(tone(2.0)))
     spoken = [await talker.recv() for _ in range(3)]
     assert talker.flush() > 1500
     assert await talker.wait_drained(0.1)
@@ -98,7 +99,7 @@ async def test_flush_silences_the_talker_within_one_packet() -> None:
 
 async def test_flush_sends_the_first_silent_packet_ahead_of_its_slot() -> None:
     talker = sixty_ms_talker()
-    await talker.write(tone(2.0))
+    await talker.write(float_to_pcm16(tone(2.0)))
     await talker.recv()
     loop = asyncio.get_running_loop()
     slot = loop.time() + 0.06  # the next 60 ms packet's time
@@ -135,7 +136,7 @@ async def test_an_interrupt_is_followed_by_silence_even_when_the_talker_was_quie
 
 async def test_the_echo_reference_holds_only_voiced_audio_at_16_khz() -> None:
     talker = sixty_ms_talker()
-    await talker.write(tone(0.12))
+    await talker.write(float_to_pcm16(tone(0.12)))
     for _ in range(2 + TAIL_PACKETS):
         await talker.recv()  # two voiced packets and the silent tail
     kept = list(talker.echo._packets)
@@ -147,7 +148,7 @@ async def test_the_echo_reference_holds_only_voiced_audio_at_16_khz() -> None:
 async def test_a_peer_that_allows_less_gets_shorter_packets() -> None:
     talker = TalkerAudioTrack()
     talker.packet_ms = 20
-    await talker.write(tone(0.1))
+    await talker.write(float_to_pcm16(tone(0.1)))
     packets = [await talker.recv() for _ in range(2)]
     assert packets[1].pts - packets[0].pts == 960
     talker.stop()
@@ -155,9 +156,9 @@ async def test_a_peer_that_allows_less_gets_shorter_packets() -> None:
 
 async def test_talker_write_waits_while_the_buffer_is_full() -> None:
     talker = TalkerAudioTrack(max_buffer_s=0.1, write_timeout_s=0.2)
-    await talker.write(np.zeros(4800, dtype=np.float32))  # 200 ms > the 100 ms bound
+    await talker.write(bytes(2 * 4800))  # 200 ms > the 100 ms bound
     with pytest.raises(TimeoutError):
-        await talker.write(np.zeros(480, dtype=np.float32))
+        await talker.write(bytes(2 * 480))
     talker.stop()
 
 

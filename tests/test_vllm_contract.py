@@ -140,7 +140,7 @@ def test_real_understanding_outputs_become_text_and_talker_audio() -> None:
 
 
 def test_the_chat_request_is_one_vllm_accepts() -> None:
-    frame = TurnFrame(pixels=np.full((48, 64, 3), 200, np.uint8), frame_id="f1", pts_ms=0.0, jpeg=b"jpeg")
+    frame = TurnFrame(frame_id="f1", pts_ms=0.0, jpeg=b"jpeg")
     turn = UnderstandTurn(
         request_id="r",
         frames=[frame, frame],

@@ -15,8 +15,8 @@ import pytest
 
 from rtc_omni.client.peer import GenerateClient
 from rtc_omni.config import DEFAULT_TALKER_PACKET_MS
-from rtc_omni.engines.base import TALKER_SAMPLE_RATE
 from rtc_omni.engines.vllm_omni import CODEC_FRAME_SAMPLES, OmniGenerateEngine, OmniUnderstandEngine
+from rtc_omni.pcm import TALKER_SAMPLE_RATE
 
 from .conftest import ClientFactory, ServerFactory, http_json
 from .vllm_fakes import FakeChat, FakeDiffusionOmni, FakeDiffusionRuntime, FakeOmni, FakeSamplingParams, FakeTensor
@@ -295,7 +295,7 @@ def test_the_md5_uuid_names_the_jpeg_bytes() -> None:
     from rtc_omni.engines.base import TurnFrame, UnderstandTurn
     from rtc_omni.engines.vllm_omni import build_messages
 
-    frame = TurnFrame(pixels=np.zeros((4, 4, 3), np.uint8), frame_id="f", pts_ms=0.0, jpeg=b"jpeg-bytes")
+    frame = TurnFrame(frame_id="f", pts_ms=0.0, jpeg=b"jpeg-bytes")
     turn = UnderstandTurn(
         request_id="r",
         frames=[frame],

@@ -20,7 +20,7 @@ import aiohttp
 import numpy as np
 from PIL import Image
 
-from ..engines.base import INPUT_SAMPLE_RATE
+from ..pcm import INPUT_SAMPLE_RATE
 from .understand import SAMPLE_FPS, camera
 
 JPEG_QUALITY = 80  # a browser's canvas.toDataURL("image/jpeg") default is 0.92; clients often lower it

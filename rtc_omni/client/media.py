@@ -21,6 +21,7 @@ from ..engines.synthetic import espeak_voice
 from ..media import blockcode
 from ..media.ingest import FrameSampler, iter_frames
 from ..media.recorder import Mp4Recorder
+from ..pcm import float_to_pcm16, pcm16_to_float
 
 AUDIO_RATE = 48_000
 AUDIO_FRAME_SAMPLES = 960
@@ -181,7 +182,7 @@ class PacedAudioTrack(MediaStreamTrack):
             wait = self._start + self._samples / AUDIO_RATE - time.time()
             if wait > 0:
                 await asyncio.sleep(wait)
-        pcm = (np.clip(self._next_samples(), -1, 1) * 32767).astype(np.int16).reshape(1, -1)
+        pcm = np.frombuffer(float_to_pcm16(self._next_samples()), dtype="<i2").reshape(1, -1)
         frame = av.AudioFrame.from_ndarray(pcm, format="s16", layout="mono")
         frame.sample_rate, frame.pts, frame.time_base = AUDIO_RATE, self._samples, _AUDIO_TIME_BASE
         self._samples += AUDIO_FRAME_SAMPLES
@@ -289,8 +290,8 @@ class AudioRecorder:
                 samples = everything[start : start + step]
                 self.pcm.append(samples.astype("<i2").tobytes())
                 if self.echo_to is not None and not self.echo_to.full():
-                    self.echo_to.put_nowait(samples.astype(np.float32) / 32768.0)
-                rms = float(np.sqrt(np.mean((samples.astype(np.float32) / 32768.0) ** 2)))
+                    self.echo_to.put_nowait(pcm16_to_float(samples))
+                rms = float(np.sqrt(np.mean(pcm16_to_float(samples) ** 2)))
                 self.frames.append(ReceivedAudioFrame(time.monotonic(), rms))
 
     def voiced_frames(self, since: float = 0.0, until: float = float("inf")) -> int:

@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import Settings
+from ..pcm import INPUT_SAMPLE_RATE, TALKER_SAMPLE_RATE
 from ..protocol import generate as generate_proto
 from ..protocol import understand as understand_proto
 from . import whisper
 from .base import (
-    INPUT_SAMPLE_RATE,
-    TALKER_SAMPLE_RATE,
     AudioChunk,
     EngineError,
     GenerateEngine,

@@ -14,9 +14,6 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from PIL import Image
 
-INPUT_SAMPLE_RATE = 16_000  # the microphone audio a turn carries: what vLLM-Omni's `audio.chunk` holds
-TALKER_SAMPLE_RATE = 24_000  # the speech an engine yields
-
 
 class EngineError(Exception):
     """An engine failure whose message is fit for the client (e.g. a remote upstream went away);
@@ -36,42 +33,28 @@ class TurnFrame:
 
     frame_id: str | None
     pts_ms: float | None
-    jpeg: bytes | None = None  # the encoded frame as buffered (its md5 names it for caches)
-    pixels: np.ndarray | None = None  # (H, W, 3) uint8, for a frame that was never encoded
-
-    def __post_init__(self) -> None:
-        if self.jpeg is None and self.pixels is None:
-            raise ValueError("a TurnFrame needs its JPEG or its pixels")
+    jpeg: bytes  # the encoded frame as buffered (its md5 names it for caches)
 
     @cached_property
     def rgb(self) -> np.ndarray:
         """The whole image, (H, W, 3) uint8."""
-        if self.pixels is not None:
-            return self.pixels
         with self._open() as image:
             return np.asarray(image.convert("RGB"))
 
     @cached_property
     def size(self) -> tuple[int, int]:
         """(width, height), from the JPEG's header."""
-        if self.pixels is not None:
-            return int(self.pixels.shape[1]), int(self.pixels.shape[0])
         with self._open() as image:
             return image.size
 
     def preview(self, mode: str, side: int) -> np.ndarray:
         """The image in PIL `mode` ("RGB", "L"), at least `side` pixels a side where the image is: a
         JPEG is decoded at 1/2, 1/4 or 1/8 scale (its DCT scaling), at a fraction of a full decode."""
-        if self.pixels is not None:
-            image = Image.fromarray(self.pixels)
-            image.thumbnail((max(side, image.width // 8), max(side, image.height // 8)))
-            return np.asarray(image.convert(mode))
         with self._open() as image:
             image.draft(mode, (side, side))
             return np.asarray(image.convert(mode))
 
     def _open(self) -> Image.Image:
-        assert self.jpeg is not None
         return Image.open(io.BytesIO(self.jpeg))
 
 

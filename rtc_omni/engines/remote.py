@@ -27,12 +27,11 @@ from typing import Any
 import aiohttp
 import numpy as np
 from aiohttp import WSCloseCode
-from PIL import Image
 
 from ..media.fmp4 import FragmentedMp4Decoder
+from ..pcm import TALKER_SAMPLE_RATE, pcm16_to_float
 from ..protocol import generate as generate_proto
 from .base import (
-    TALKER_SAMPLE_RATE,
     AudioChunk,
     ChunkEvents,
     ContextLost,
@@ -40,7 +39,6 @@ from .base import (
     GenerateRequest,
     LiveSettings,
     TextDelta,
-    TurnFrame,
     UnderstandOutput,
     UnderstandTurn,
     VideoChunk,
@@ -50,7 +48,6 @@ from .upstream_session import AUDIO_DELTA_TYPES, CLOSED_MID_REQUEST, UpstreamSes
 
 logger = logging.getLogger(__name__)
 
-JPEG_QUALITY = 90
 INTERACTION_TIMEOUT_S = 5.0
 # What one upstream message may weigh, by kind, so a hostile or broken upstream costs at most this.
 # A generation's fMP4 chunks may weigh the pool's default (upstream.DEFAULT_MAX_MESSAGE_BYTES).
@@ -88,16 +85,6 @@ async def _receive(
     raise EngineError(CLOSED_MID_REQUEST)
 
 
-def _jpeg(frame: TurnFrame) -> bytes:
-    """The frame's buffered JPEG as is (no second encode: the same object the session streamed),
-    or a fresh one when it has none."""
-    if frame.jpeg is not None:
-        return frame.jpeg
-    out = io.BytesIO()
-    Image.fromarray(frame.rgb).save(out, format="JPEG", quality=JPEG_QUALITY)
-    return out.getvalue()
-
-
 def _wav_samples(data: str) -> np.ndarray:
     """A reference audio delta (base64 of a whole 16-bit mono WAV file) as float32 talker samples."""
     with wave.open(io.BytesIO(base64.b64decode(data))) as wav:
@@ -106,7 +93,7 @@ def _wav_samples(data: str) -> np.ndarray:
                 f"upstream audio is {wav.getframerate()} Hz x{wav.getnchannels()}, expected 24 kHz mono PCM16"
             )
         pcm = wav.readframes(wav.getnframes())
-    return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
+    return pcm16_to_float(pcm)
 
 
 def _one_turn_settings(turn: UnderstandTurn) -> LiveSettings:
@@ -141,7 +128,7 @@ class RemoteUnderstandEngine:
         own = not isinstance(session, UpstreamSession)
         if not isinstance(session, UpstreamSession):
             session = UpstreamSession(self.pool, turn.request_id, _one_turn_settings(turn))
-        frames = await asyncio.to_thread(lambda: [_jpeg(f) for f in turn.frames])
+        frames = [f.jpeg for f in turn.frames]  # as the session buffered them: never encoded again
         text = ""
         try:
             # aclosing: an interrupt that closes this stream must end the upstream turn too, at once.

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 import av
 import numpy as np
 
+from ..pcm import INPUT_SAMPLE_RATE, TALKER_SAMPLE_RATE, pcm16_to_float
 from .base import (
-    INPUT_SAMPLE_RATE,
-    TALKER_SAMPLE_RATE,
     AudioChunk,
     TextDelta,
     Transcriber,
@@ -84,7 +83,7 @@ def motion_score(frames: list[TurnFrame]) -> float:
 
 def dominant_frequency(pcm16: bytes, sample_rate: int) -> float | None:
     """The strongest frequency in the last few seconds of audio, or None for silence."""
-    samples = np.frombuffer(pcm16, dtype="<i2").astype(np.float32) / 32768.0
+    samples = pcm16_to_float(pcm16)
     samples = samples[-int(_FFT_WINDOW_S * sample_rate) :]
     if samples.size < sample_rate // 20 or float(np.sqrt(np.mean(samples**2))) < 0.005:
         return None

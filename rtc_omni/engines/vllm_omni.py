@@ -25,9 +25,9 @@ import numpy as np
 from PIL import Image
 
 from ..media.wav import wav_base64
+from ..pcm import INPUT_SAMPLE_RATE
 from ..protocol.validation import error_text
 from .base import (
-    INPUT_SAMPLE_RATE,
     AudioChunk,
     ChunkEvents,
     EngineError,

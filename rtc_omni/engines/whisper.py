@@ -23,9 +23,8 @@ from collections.abc import AsyncGenerator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import numpy as np
-
-from .base import INPUT_SAMPLE_RATE, EngineError
+from ..pcm import INPUT_SAMPLE_RATE, pcm16_to_float
+from .base import EngineError
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +68,7 @@ def _model() -> Any:
 
 
 def _segments(pcm16: bytes, language: str | None) -> Iterator[Any]:
-    samples = np.frombuffer(pcm16, dtype="<i2").astype(np.float32) / 32768.0
+    samples = pcm16_to_float(pcm16)
     segments, _info = _model().transcribe(
         samples,
         language=language or DEFAULT_LANGUAGE,

@@ -14,7 +14,7 @@ from collections import deque
 
 import numpy as np
 
-from ..engines.base import INPUT_SAMPLE_RATE
+from ..pcm import INPUT_SAMPLE_RATE, pcm16_to_float
 
 KEEP_S = 4.0
 # Loopback through a peer's jitter buffers, with room for a loaded machine: 1.5 s was too short
@@ -41,7 +41,7 @@ class EchoReference:
     def played(self, pcm24_mono: np.ndarray, position: int, at: float | None = None) -> None:
         """Record one packet of 24 kHz int16 audio (a multiple of 3 samples) as it leaves;
         `position` is its RTP timestamp (48 kHz)."""
-        triples = pcm24_mono.reshape(-1, 3).astype(np.float32) / 32768.0
+        triples = pcm16_to_float(pcm24_mono).reshape(-1, 3)
         # 24 kHz -> 16 kHz: two outputs per three inputs, at input positions 0 and 1.5
         pcm16k = np.empty(triples.shape[0] * 2, dtype=np.float32)
         pcm16k[0::2] = triples[:, 0]

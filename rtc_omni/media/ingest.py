@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import av
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from ..engines.base import INPUT_SAMPLE_RATE
+from ..pcm import INPUT_SAMPLE_RATE
 from .images import fit_frame
 
 logger = logging.getLogger(__name__)

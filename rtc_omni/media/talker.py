@@ -28,7 +28,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from av.audio.codeccontext import AudioCodecContext
 
 from ..config import DEFAULT_TALKER_PACKET_MS
-from ..engines.base import TALKER_SAMPLE_RATE
+from ..pcm import TALKER_SAMPLE_RATE
 from .echo import EchoReference
 
 RTP_CLOCK = 48_000  # Opus's RTP clock, whatever the rate encoded
@@ -97,16 +97,15 @@ class TalkerAudioTrack(MediaStreamTrack):
     def buffered_ms(self) -> float:
         return len(self._buffer) / _BYTES_PER_SAMPLE / TALKER_SAMPLE_RATE * 1000.0
 
-    async def write(self, samples: np.ndarray) -> None:
-        """Queue 24 kHz float mono audio; waits (bounded) while the buffer is full."""
-        if samples.size == 0:
+    async def write(self, pcm16: bytes) -> None:
+        """Queue 24 kHz PCM16 mono audio; waits (bounded) while the buffer is full."""
+        if not pcm16:
             return
-        pcm = (np.clip(samples.reshape(-1), -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
         async with asyncio.timeout(self.write_timeout_s):
             while len(self._buffer) >= self.max_buffer_bytes:
                 self._space.clear()
                 await self._space.wait()
-        self._buffer.extend(pcm)
+        self._buffer.extend(pcm16)
         self._drained.clear()
         self._audio.set()
 

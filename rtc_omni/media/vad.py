@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import webrtcvad
 
-from ..engines.base import INPUT_SAMPLE_RATE
+from ..pcm import INPUT_SAMPLE_RATE, pcm16_to_float
 
 FRAME_MS = 20
 FRAME_SAMPLES = INPUT_SAMPLE_RATE * FRAME_MS // 1000
@@ -86,7 +86,7 @@ class VoiceActivityDetector:
         return events
 
     def _voiced(self, frame: bytes) -> tuple[bool, float]:
-        samples = np.frombuffer(frame, dtype="<i2").astype(np.float32) / 32768.0
+        samples = pcm16_to_float(frame)
         energy = float(np.mean(samples * samples))
         self._energies.append(energy)
         floor = min(self._energies)

@@ -6,8 +6,6 @@ import base64
 import io
 import wave
 
-import numpy as np
-
 
 def wav_base64(pcm16: bytes, sample_rate: int) -> str:
     """Base64 of a mono 16-bit WAV file holding `pcm16`."""
@@ -18,8 +16,3 @@ def wav_base64(pcm16: bytes, sample_rate: int) -> str:
         wav.setframerate(sample_rate)
         wav.writeframes(pcm16)
     return base64.b64encode(out.getvalue()).decode("ascii")
-
-
-def float_to_pcm16(samples: np.ndarray) -> bytes:
-    """Float samples in [-1, 1] as little-endian PCM16 (clipped)."""
-    return (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()

@@ -39,7 +39,7 @@ from aiortc.codecs.base import Decoder
 from aiortc.jitterbuffer import JitterFrame
 from av.audio.codeccontext import AudioCodecContext
 
-from ..engines.base import INPUT_SAMPLE_RATE
+from ..pcm import INPUT_SAMPLE_RATE
 
 logger = logging.getLogger(__name__)
 

@@ -98,11 +98,6 @@ class SessionConfig(BaseModel):
     audio_events: bool = False
     turn_detection: TurnDetection | None = None
 
-    # EVS threshold applied to camera-track frames when the client did not choose one. 0.95 keeps a
-    # frame only when its RMS difference exceeds ~57 of 255, which freezes a quiet webcam scene; 0.99
-    # (RMS > ~25) still drops a static camera but follows a person moving.
-    TRACK_DEFAULT_FILTER_THRESHOLD: ClassVar[float] = 0.99
-
     @model_validator(mode="before")
     @classmethod
     def _apply_legacy_aliases(cls, data: Any) -> Any:
@@ -114,11 +109,9 @@ class SessionConfig(BaseModel):
         return data
 
     @property
-    def track_filter_threshold(self) -> float:
-        """The EVS threshold for camera-track frames: the client's if it set one, else ours."""
-        if "frame_filter_threshold" in self.model_fields_set:
-            return self.frame_filter_threshold
-        return self.TRACK_DEFAULT_FILTER_THRESHOLD
+    def track_filter_threshold(self) -> float | None:
+        """The EVS threshold for camera-track frames if the client set one (else the camera path's)."""
+        return self.frame_filter_threshold if "frame_filter_threshold" in self.model_fields_set else None
 
 
 # ----------------------------------------------------------------- client messages

@@ -6,9 +6,7 @@ reports speech on, so a speech segment can be cut out of the buffer by its start
 
 from __future__ import annotations
 
-from ..engines.base import INPUT_SAMPLE_RATE
-
-BYTES_PER_MS = INPUT_SAMPLE_RATE * 2 // 1000  # PCM16 mono
+from ..pcm import INPUT_BYTES_PER_MS
 
 
 class AudioBuffer:
@@ -22,12 +20,12 @@ class AudioBuffer:
 
     @property
     def duration_ms(self) -> float:
-        return len(self._data) / BYTES_PER_MS
+        return len(self._data) / INPUT_BYTES_PER_MS
 
     @property
     def start_ms(self) -> float:
         """Timeline position of the oldest byte held."""
-        return (self._appended - len(self._data)) / BYTES_PER_MS
+        return (self._appended - len(self._data)) / INPUT_BYTES_PER_MS
 
     def append(self, pcm16: bytes) -> bool:
         """Add audio; False when it would overflow, in which case everything held is dropped
@@ -56,7 +54,7 @@ class AudioBuffer:
         del self._data[: self._offset(end_ms)]
 
     def _offset(self, at_ms: float) -> int:
-        offset = int(round((at_ms - self.start_ms) * BYTES_PER_MS))
+        offset = int(round((at_ms - self.start_ms) * INPUT_BYTES_PER_MS))
         offset -= offset % 2
         return max(0, min(len(self._data), offset))
 

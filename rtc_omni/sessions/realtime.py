@@ -3,8 +3,9 @@
 A third session type beside understanding and generation (docs/realtime.md says why): the
 conversation is a list of addressable items (sessions/conversation.py), a response is asked for
 (`response.create`) rather than triggered by a query, and each response is given the earlier
-items as history. It shares the skeleton's inbox, loop, clocks and close; the understanding
-engine and its stall-bounded stream; the bounded 16 kHz audio buffer; and the `Talker`.
+items as history. It shares the skeleton's inbox, loop, clocks and close, and with understanding
+sessions the spoken answer (answer.py), the listening path (listening.py) and the camera path
+(camera.py); the understanding engine answers both.
 Events follow OpenAI's order: response.created, output_item.added, conversation.item.added,
 content_part.added, the deltas, then the .done events from the innermost out, response.done last.
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from collections import deque
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -23,35 +23,29 @@ import av
 from PIL import Image
 from pydantic import ValidationError
 
-from .. import metrics
 from ..engines.base import (
-    INPUT_SAMPLE_RATE,
-    TALKER_SAMPLE_RATE,
-    AudioChunk,
     EngineError,
-    TextDelta,
     Transcriber,
     TurnFrame,
     UnderstandEngine,
+    UnderstandTurn,
     Usage,
     transcriber_of,
 )
-from ..engines.base import UnderstandTurn as EngineTurn
 from ..media.images import open_image
 from ..media.pcm_resample import PcmStream, convert
 from ..media.vad import SpeechStarted, SpeechStopped
-from ..media.wav import float_to_pcm16
+from ..pcm import INPUT_BYTES_PER_MS, INPUT_SAMPLE_RATE, TALKER_SAMPLE_RATE, pcm16_ms
 from ..protocol import realtime as proto
 from ..protocol.codec import Refusal
-from ..protocol.understand import MAX_AUDIO_BUFFER_BYTES, TurnDetection
 from ..protocol.validation import describe_validation_error
-from .audio_buffer import BYTES_PER_MS, AudioBuffer
+from .answer import Answer, Failure, Talker
 from .base import Session
+from .camera import Camera, engine_frames
 from .conversation import MAX_TURN_IMAGES, Conversation, Item, Part
-from .engine_stream import stall_bounded
 from .inbox import WorkItem
-from .turn_taking import ServerVad, TurnTakingEvent
-from .understand import Talker
+from .listening import Heard, Listening
+from .turn_taking import TurnTakingEvent, VadSettings
 
 if TYPE_CHECKING:
     from ..media.ingest import MediaSink
@@ -66,25 +60,17 @@ ResponseStatus = Literal["completed", "cancelled", "failed"]
 CancelReason = Literal["client_cancelled", "turn_detected"]
 
 
-@dataclass(frozen=True)
-class TurnTaking(WorkItem):
-    """The server VAD heard speech start or stop, or the talker's echo end."""
-
-    name = "turn_taking"
-    event: TurnTakingEvent
-
-
 @dataclass
 class _Response:
-    id: str
+    answer: Answer
     item: Item
     part: Part
     modality: str  # "text" or "audio"
-    task: asyncio.Task[None] | None = None
-    engine_finished: bool = False
     cancel_reason: CancelReason = "client_cancelled"
-    speaking: bool = False  # its speech started on the talker track
-    usage: Usage | None = None  # the engine's count, when it gives one
+
+    @property
+    def id(self) -> str:
+        return self.answer.request_id
 
 
 def _input_stream() -> PcmStream:
@@ -94,7 +80,7 @@ def _input_stream() -> PcmStream:
 
 def _audio_ms(part: Part) -> float:
     """Milliseconds of an output_audio part's 24 kHz PCM16."""
-    return len(part.audio) / (TALKER_SAMPLE_RATE * 2 / 1000)
+    return pcm16_ms(part.audio, TALKER_SAMPLE_RATE)
 
 
 def usage_wire(usage: Usage | None) -> dict[str, Any] | None:
@@ -138,12 +124,13 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             proto.SessionConfig().updated(self.initial_config or {})
         )
         self._conversation = Conversation()
-        self._audio = AudioBuffer(MAX_AUDIO_BUFFER_BYTES)
+        self._listening = Listening(self._queue_work)
+        self._detect(self.config.audio.input.turn_detection)
         self._input = _input_stream()
         self._response: _Response | None = None
-        self._vad = self._server_vad(self.config.audio.input.turn_detection)
         self._speech_item_id = ""  # the user item the current speech segment will become
-        self._camera: deque[TurnFrame] = deque(maxlen=MAX_TURN_IMAGES)  # the newest sampled camera frames
+        self._camera = Camera(MAX_TURN_IMAGES)  # the newest sampled camera frames go with each response
+        self._camera.filter_track(True)
         self.responses = {"completed": 0, "cancelled": 0, "failed": 0}
 
     def start(self) -> None:
@@ -157,13 +144,11 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
     async def _stop_work(self) -> None:
         self.state = "closed"
         response, self._response = self._response, None
-        if response is not None and response.task is not None:
-            await self._cancel_task(response.task)
-            if not response.engine_finished:
-                await self._abort_request(response.id)
+        if response is not None:
+            await response.answer.interrupt()
 
     async def _release(self) -> None:
-        self._audio.clear()
+        self._listening.audio.clear()
         self._camera.clear()
         self._conversation.clear()
 
@@ -206,7 +191,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             case proto.AudioCommit():
                 self._commit_audio(message)
             case proto.AudioClear():
-                self._audio.clear()
+                self._listening.audio.clear()
                 self._input = _input_stream()
                 self._emit(proto.AudioCleared())
             case proto.ItemCreate():
@@ -240,7 +225,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         config, refused = self._honour_transcription(config)
         detection = config.audio.input.turn_detection
         if detection != self.config.audio.input.turn_detection:
-            self._vad = self._server_vad(detection)
+            self._detect(detection)
         self.config = config
         self._emit(proto.SessionUpdated(session=config.to_wire()))
         if refused:
@@ -260,60 +245,53 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             param="session.audio.input.transcription",
         )
 
-    def _server_vad(self, detection: proto.TurnDetectionConfig | None) -> ServerVad | None:
-        """The understanding sessions' server VAD and echo check, with this session's settings."""
-        if detection is None:
-            return None
-        settings = TurnDetection(
-            threshold=detection.threshold,
-            prefix_padding_ms=detection.prefix_padding_ms,
-            silence_duration_ms=detection.silence_ms,
-            interrupt_response=detection.interrupt_response,
+    def _detect(self, detection: proto.TurnDetectionConfig | None) -> None:
+        """The listening path's turn detection, with this session's settings."""
+        settings = (
+            None
+            if detection is None
+            else VadSettings(
+                detection.threshold, detection.prefix_padding_ms, detection.silence_ms, detection.interrupt_response
+            )
         )
-        return ServerVad(settings, self.talker.echo if self.talker is not None else None)
+        self._listening.detect(settings, self.talker.echo if self.talker is not None else None)
 
     def _append_audio(self, pcm16: bytes, event_id: str | None = None) -> None:
-        """16 kHz audio into the buffer and the server VAD, whose events the loop handles in turn."""
-        metrics.AUDIO_MS_IN.inc(len(pcm16) / BYTES_PER_MS)
-        if not self._audio.append(pcm16):
+        """16 kHz audio into the listening path, whose events the loop handles in turn."""
+        if not self._listening.hear(pcm16):
             self._error(proto.AUDIO_BUFFER_OVERFLOW, code="buffer_overflow", event_id=event_id)
-        if self._vad is not None:
-            for event in self._vad.feed(pcm16):
-                self._queue_work(TurnTaking(event))
 
     async def _do(self, work: WorkItem) -> None:
-        if isinstance(work, TurnTaking):
-            await self._on_turn_taking(work.event)
+        if isinstance(work, Heard):
+            await self._on_heard(work.event)
         else:
             await super()._do(work)
 
-    async def _on_turn_taking(self, event: TurnTakingEvent) -> None:
-        """Server VAD: announce speech, interrupt the answer, commit the segment and answer it."""
+    async def _on_heard(self, event: TurnTakingEvent) -> None:
+        """Server VAD: announce speech, interrupt the answer, commit the utterance and answer it."""
         detection = self.config.audio.input.turn_detection
         if detection is None:  # turned off since the VAD heard it
             return
         if isinstance(event, SpeechStarted):
             self._speech_item_id = proto.new_id("item")
             self._emit(proto.SpeechStarted(audio_start_ms=int(event.audio_start_ms), item_id=self._speech_item_id))
-            if detection.interrupt_response and self._response is not None:
+            if self._listening.barges_in(event) and self._response is not None:
                 await self._interrupt(self._response, "turn_detected")
-        elif isinstance(event, SpeechStopped):
-            item_id = self._speech_item_id or proto.new_id("item")
+            return
+        item_id = self._speech_item_id or proto.new_id("item")
+        if isinstance(event, SpeechStopped):
             self._emit(proto.SpeechStopped(audio_end_ms=int(event.audio_end_ms), item_id=item_id))
-            if not event.is_speech:
-                self._audio.drop_until(event.audio_end_ms)
-                return
-            audio = self._audio.take_range(event.audio_start_ms - detection.prefix_padding_ms, event.audio_end_ms)
-            self._commit(audio, item_id)
-            if detection.create_response and self._response is None:
-                await self._create_response(proto.ResponseParams(), event_id=None)
-        else:  # the talker's own echo ended
-            self._audio.drop_until(event.audio_end_ms)
+        utterance = self._listening.utterance(event)
+        if utterance is None:
+            return
+        self._commit(utterance, item_id)
+        if detection.create_response and self._response is None:
+            await self._create_response(proto.ResponseParams(), event_id=None)
 
     def _commit_audio(self, message: proto.AudioCommit) -> None:
-        self._audio.append(self._input.flush())
+        self._listening.audio.append(self._input.flush())
         self._input = _input_stream()
-        audio = self._audio.take_all()
+        audio = self._listening.audio.take_all()
         if not audio:
             self._error(proto.AUDIO_BUFFER_EMPTY, code="input_audio_buffer_commit_empty", event_id=message.event_id)
             return
@@ -364,7 +342,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             self._transcription_failed(item, f"{reason}: {exc}" if isinstance(exc, EngineError) else reason)
             return
         part.transcript = transcript
-        seconds = round(len(part.audio) / BYTES_PER_MS / 1000, 3)
+        seconds = round(len(part.audio) / INPUT_BYTES_PER_MS / 1000, 3)
         self._emit(
             proto.TranscriptionCompleted(
                 item_id=item.id, transcript=transcript, usage={"type": "duration", "seconds": seconds}
@@ -472,21 +450,34 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         modality = (params.output_modalities or self.config.output_modalities)[0]
         instructions = params.instructions if params.instructions is not None else self.config.instructions
         context = self._conversation.context()
-        frames = [TurnFrame(frame_id=None, pts_ms=None, jpeg=data) for data in context.images]  # checked on entry
-        frames += self._camera  # the camera's newest view last
+        pinned = [TurnFrame(frame_id=None, pts_ms=None, jpeg=data) for data in context.images]  # checked on entry
         part = Part(type="output_audio", transcript="") if modality == "audio" else Part(type="output_text", text="")
         item = Item(id=proto.new_id("item"), role="assistant", parts=[], status="in_progress")
-        response = _Response(id=proto.new_id("resp"), item=item, part=part, modality=modality)
-        turn = EngineTurn(
-            request_id=response.id,
-            frames=frames,
-            audio_pcm16=context.audio,
-            query=context.query,
-            history=context.history,
-            system_prompt=instructions or None,
-            modalities=("text", "audio") if modality == "audio" else ("text",),
-            model=self.config.model,
+        answer = Answer(
+            proto.new_id("resp"),
+            session_id=self.session_id,
+            engine=self.engine,
+            talker=self.talker if modality == "audio" else None,
+            events=self,
+            abort=self._abort_request,
+            stall_timeout=self.settings.engine_stall_timeout,
         )
+        response = _Response(answer, item=item, part=part, modality=modality)
+        model = self.config.model
+
+        async def build() -> UnderstandTurn:
+            camera = engine_frames(await self._camera.turn_frames(MAX_TURN_IMAGES))  # its newest view last
+            return UnderstandTurn(
+                request_id=answer.request_id,
+                frames=pinned + camera,
+                audio_pcm16=context.audio,
+                query=context.query,
+                history=context.history,
+                system_prompt=instructions or None,
+                modalities=("text", "audio") if modality == "audio" else ("text",),
+                model=model,
+            )
+
         self._response = response
         self._emit(proto.ResponseCreated(response=self._response_wire(response, "in_progress")))
         self._emit(proto.OutputItemAdded(response_id=response.id, output_index=0, item=item.to_wire()))
@@ -494,49 +485,55 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         self._emit(proto.ItemAdded(item=item.to_wire(), previous_item_id=previous))
         item.parts.append(part)
         self._emit(proto.ContentPartAdded(response_id=response.id, item_id=item.id, part=self._part_wire(response)))
-        response.task = self._tasks.spawn(self._run_response(response, turn))
+        answer.start(self._tasks.spawn, build)
 
-    async def _run_response(self, response: _Response, turn: EngineTurn) -> None:
+    # ----------------------------------------------------------------- the answer's events
+
+    def _response_of(self, answer: Answer) -> _Response:
+        assert self._response is not None and self._response.answer is answer, "an ended response's answer went on"
+        return self._response
+
+    def on_first_output(self, answer: Answer) -> None:
+        pass
+
+    def on_text(self, answer: Answer, delta: str) -> None:
+        response = self._response_of(answer)
         ids = {"response_id": response.id, "item_id": response.item.id}
-        part = response.part
-        try:
-            async for output in stall_bounded(self.engine, turn, self.settings.engine_stall_timeout):
-                if isinstance(output, TextDelta):
-                    if response.modality == "audio":
-                        part.transcript = (part.transcript or "") + output.text
-                        self._emit(proto.TranscriptDelta(**ids, delta=output.text))
-                    else:
-                        part.text = (part.text or "") + output.text
-                        self._emit(proto.TextDelta(**ids, delta=output.text))
-                elif isinstance(output, AudioChunk) and response.modality == "audio":
-                    pcm16 = float_to_pcm16(output.samples)
-                    if self.talker is not None:
-                        if not response.speaking:
-                            response.speaking = True
-                            self._emit(proto.OutputAudioStarted(response_id=response.id))
-                        await self.talker.write(output.samples)
-                    else:
-                        self._emit(proto.AudioDelta(**ids, delta=base64.b64encode(pcm16).decode("ascii")))
-                    part.audio += pcm16  # what was sent: truncation cuts it to what was heard
-                elif isinstance(output, Usage):
-                    response.usage = output
-            response.engine_finished = True
-            if self.talker is not None and response.speaking:
-                # The response lasts until its speech has played out, so an interrupt can still cut it.
-                await self.talker.wait_drained(timeout=self.settings.engine_stall_timeout)
-                self._emit(proto.OutputAudioStopped(response_id=response.id))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the response fails; the session goes on
-            message = proto.ENGINE_STALLED if isinstance(exc, TimeoutError) else proto.RESPONSE_FAILED
-            if isinstance(exc, EngineError):
-                message = f"{message}: {exc}"
-            logger.warning("session %s: response %s failed: %r", self.session_id, response.id, exc)
-            if not response.engine_finished:
-                await self._abort_request(response.id)
-            self._finish_response(response, "failed", error=message)
+        if response.modality == "audio":
+            response.part.transcript = (response.part.transcript or "") + delta
+            self._emit(proto.TranscriptDelta(**ids, delta=delta))
+        else:
+            response.part.text = (response.part.text or "") + delta
+            self._emit(proto.TextDelta(**ids, delta=delta))
+
+    def on_audio(self, answer: Answer, pcm16: bytes, first: bool) -> None:
+        response = self._response_of(answer)
+        if response.modality != "audio":
             return
+        if answer.talker is None:
+            delta = base64.b64encode(pcm16).decode("ascii")
+            self._emit(proto.AudioDelta(response_id=response.id, item_id=response.item.id, delta=delta))
+        elif first:
+            self._emit(proto.OutputAudioStarted(response_id=response.id))
+        response.part.audio += pcm16  # what was sent: truncation cuts it to what was heard
+
+    def on_context_lost(self, answer: Answer, reason: str) -> None:
+        pass  # OpenAI's protocol has no such event: the conversation's items are the context
+
+    def on_generated(self, answer: Answer) -> None:
+        pass
+
+    def on_completed(self, answer: Answer) -> None:
+        response = self._response_of(answer)
+        if answer.speaking:
+            self._emit(proto.OutputAudioStopped(response_id=response.id))
         self._finish_response(response, "completed")
+
+    def on_failed(self, answer: Answer, failure: Failure) -> None:
+        message = proto.ENGINE_STALLED if failure.kind == "stalled" else proto.RESPONSE_FAILED
+        if failure.detail is not None:
+            message = f"{message}: {failure.detail}"
+        self._finish_response(self._response_of(answer), "failed", error=message)
 
     async def _cancel_response(self, message: proto.ResponseCancel) -> None:
         response = self._response
@@ -549,22 +546,20 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         """Stop the response's text, flush its speech, abort its engine request; it ends cancelled.
         Over WebRTC its item is then cut to the speech the peer was sent (`conversation.item.truncated`)."""
         response.cancel_reason = reason
-        if response.task is not None:
-            await self._cancel_task(response.task)
-        unplayed_ms = 0.0
-        if self.talker is not None and response.speaking:
-            unplayed_ms = self.talker.flush()
+        unplayed_ms = await response.answer.interrupt()
+        if unplayed_ms is None:  # it had ended
+            return
+        speaking = response.answer.speaking
+        if speaking:
             self._emit(proto.OutputAudioCleared(response_id=response.id))
-        if not response.engine_finished:
-            await self._abort_request(response.id)
         self._finish_response(response, "cancelled")
-        if response.speaking and self._conversation.get(response.item.id) is not None:
+        if speaking and self._conversation.get(response.item.id) is not None:
             self._cut(response.item, 0, max(0, int(_audio_ms(response.part) - unplayed_ms)))
 
     async def _clear_output_audio(self, message: proto.OutputAudioClear) -> None:
         if self.talker is None:
             self._error(proto.OUTPUT_AUDIO_CLEAR_WEBRTC_ONLY, code="invalid_value", event_id=message.event_id)
-        elif self._response is not None and self._response.speaking:
+        elif self._response is not None and self._response.answer.speaking:
             await self._interrupt(self._response, "client_cancelled")
         else:
             self.talker.flush()  # nothing of a response left to clear: no event
@@ -575,7 +570,6 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             return
         self._response = None
         self.responses[status] += 1
-        metrics.TURNS.labels(status).inc()
         ids = {"response_id": response.id, "item_id": response.item.id}
         if response.modality == "audio":
             self._emit(proto.AudioDone(**ids))
@@ -610,7 +604,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             "output": [] if status == "in_progress" else [response.item.to_wire()],
             "output_modalities": [response.modality],
             "conversation_id": None,
-            "usage": None if status == "in_progress" else usage_wire(response.usage),
+            "usage": None if status == "in_progress" else usage_wire(response.answer.usage),
         }
         if status == "cancelled":
             wire["status_details"] = {"type": "cancelled", "reason": response.cancel_reason}
@@ -637,12 +631,16 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         return CAMERA_SAMPLE_FPS if self.state == "active" else None
 
     def note_frame_received(self) -> None:
+        self._camera.note_received()
         self._touch()
 
     async def add_track_frame(self, frame: av.VideoFrame, pts_ms: float | None, received_ts_ms: float) -> None:
-        """A sampled camera frame: the newest few go with each response, after the pinned images."""
-        rgb = await asyncio.to_thread(frame.to_ndarray, format="rgb24")
-        self._camera.append(TurnFrame(frame_id=None, pts_ms=pts_ms, pixels=rgb))
+        """A sampled camera frame through the camera path: the newest few go with each response."""
+        if self.state != "active":
+            return
+        buffered, retained = await self._camera.judge_track_frame(frame, pts_ms, received_ts_ms)
+        if self.state == "active":
+            self._camera.buffer(buffered, retained)
 
     def add_track_audio(self, pcm16: bytes) -> None:
         """The microphone, already 16 kHz: the same buffer and VAD as input_audio_buffer.append."""
@@ -657,8 +655,11 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             "kind": self.kind,
             "state": self.state,
             "items": len(self._conversation),
-            "audio_ms_buffered": round(self._audio.duration_ms, 1),
-            "camera_frames": len(self._camera),
+            "audio_ms_buffered": round(self._listening.audio.duration_ms, 1),
+            "camera_frames": len(self._camera.frames),
+            "frames_received": self._camera.counters.received,
+            "frames_sampled": self._camera.counters.sampled,
+            "frames_filtered": self._camera.counters.filtered,
             "response_active": self._response is not None,
             "responses": dict(self.responses),
             "errors_sent": self.errors_sent,

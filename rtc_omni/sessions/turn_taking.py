@@ -14,11 +14,21 @@ import numpy as np
 
 from ..media.echo import MAX_DELAY_S, EchoReference
 from ..media.vad import SpeechStarted, SpeechStopped, VoiceActivityDetector
-from ..protocol.understand import TurnDetection
+from ..pcm import pcm16_to_float
 
 ECHO_PROBE_MS = 300
 ECHO_RECHECK_MS = 100
 QUIET_RMS = 0.005
+
+
+@dataclass(frozen=True)
+class VadSettings:
+    """Server turn detection's settings, whichever protocol set them (OpenAI's names and defaults)."""
+
+    threshold: float = 0.5
+    prefix_padding_ms: int = 300
+    silence_ms: int = 500
+    interrupt_response: bool = True
 
 
 @dataclass(frozen=True)
@@ -34,10 +44,10 @@ TurnTakingEvent = SpeechStarted | SpeechStopped | EchoIgnored
 class ServerVad:
     """Feeds the VAD and filters its segments through the echo check."""
 
-    def __init__(self, config: TurnDetection, echo: EchoReference | None) -> None:
+    def __init__(self, config: VadSettings, echo: EchoReference | None) -> None:
         self.config = config
         self.echo = echo
-        self.vad = VoiceActivityDetector(config.threshold, config.silence_duration_ms)
+        self.vad = VoiceActivityDetector(config.threshold, config.silence_ms)
         self._recent = bytearray()  # the last ECHO_PROBE_MS of microphone audio
         self._echo_segment = False
         self._next_recheck_ms = 0.0
@@ -75,7 +85,7 @@ class ServerVad:
         now = time.monotonic()
         if not self.echo.audible_since(now - MAX_DELAY_S - ECHO_PROBE_MS / 1000):
             return False
-        mic = np.frombuffer(bytes(self._recent), dtype="<i2").astype(np.float32) / 32768.0
+        mic = pcm16_to_float(bytes(self._recent))
         if float(np.sqrt(np.mean(mic * mic))) < QUIET_RMS:
             return True  # a pause inside an echo segment: nothing new to hear yet
         return self.echo.is_echo(mic, now)

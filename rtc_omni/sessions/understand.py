@@ -12,79 +12,40 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import logging
-import time
 import uuid
 from collections import deque
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import av
-import numpy as np
 from PIL import Image
 
-from .. import metrics
-from ..engines.base import (
-    TALKER_SAMPLE_RATE,
-    AudioChunk,
-    ContextLost,
-    EngineError,
-    EngineSession,
-    LiveSettings,
-    LiveUnderstandEngine,
-    TextDelta,
-    TurnFrame,
-    UnderstandEngine,
-    UnderstandTurn,
-)
-from ..media.echo import EchoReference
+from ..engines.base import EngineSession, LiveSettings, LiveUnderstandEngine, UnderstandEngine, UnderstandTurn
 from ..media.evs import FrameSimilarityFilter
-from ..media.images import ImageTooLarge, frame_thumbnail, frame_to_jpeg, open_image
+from ..media.images import ImageTooLarge, open_image
 from ..media.vad import SpeechStarted, SpeechStopped
-from ..media.wav import float_to_pcm16, wav_base64
+from ..media.wav import wav_base64
+from ..pcm import TALKER_SAMPLE_RATE
 from ..protocol import understand as proto
 from ..protocol.codec import Refusal
-from ..protocol.validation import error_text
-from .audio_buffer import AudioBuffer
+from .answer import Answer, Failure, Talker
 from .base import Session
-from .engine_stream import stall_bounded
-from .frame_buffer import BufferedFrame, FrameBuffer
+from .camera import Camera, engine_frames, now_ms
+from .frame_buffer import BufferedFrame
 from .inbox import WorkItem
-from .turn_taking import EchoIgnored, ServerVad
+from .listening import Heard, Listening
+from .turn_taking import TurnTakingEvent, VadSettings
 
 if TYPE_CHECKING:
     from ..media.ingest import MediaSink
 
-logger = logging.getLogger(__name__)
-
 MAX_HISTORY_MESSAGES = 16
-TRACK_JPEG_QUALITY = 90
 
 SessionState = Literal["configuring", "active", "finishing", "closed"]
 
 
-class Talker(Protocol):
-    """Where the session's speech goes (the outgoing RTP audio track)."""
-
-    echo: EchoReference  # what it played recently, so its echo can be told from a person
-
-    async def write(self, samples: np.ndarray) -> None: ...
-
-    def flush(self) -> float: ...
-
-    async def wait_drained(self, timeout: float) -> bool: ...
-
-
-def _now_ms() -> float:
-    return time.monotonic() * 1000.0
-
-
 @dataclass
 class SessionCounters:
-    frames_received: int = 0
-    frames_sampled: int = 0
-    frames_filtered: int = 0
-    frames_evicted: int = 0
     turns_started: int = 0
     turns_completed: int = 0
     turns_cancelled: int = 0
@@ -93,47 +54,10 @@ class SessionCounters:
 
 @dataclass
 class _Turn:
-    request_id: str
-    task: asyncio.Task[None] | None = None
-    engine_finished: bool = False
-    text: str = ""
+    answer: Answer
+    query: str
+    frames: list[BufferedFrame] = field(default_factory=list)  # what the engine was given
     text_done_sent: bool = False
-
-
-@dataclass
-class _PendingFrame:
-    """The newest sampled camera frame, kept even when EVS filtered it (see `_turn_frames`).
-
-    A filtered frame is JPEG-encoded only if a turn takes it: on a still scene EVS filters nearly
-    every sampled frame, and a turn takes at most the newest. Until then it holds the fitted frame
-    (within --max-image-pixels; one per session, two for the moment a cancelled turn's encode
-    takes to finish)."""
-
-    frame: BufferedFrame
-    buffered: bool
-    image: av.VideoFrame | None = None  # the fitted frame, while `frame.data` is not yet its JPEG
-
-    async def encoded(self) -> BufferedFrame:
-        """The frame with its JPEG, encoded at the first call (off the loop)."""
-        if self.image is not None:
-            jpeg = await asyncio.to_thread(frame_to_jpeg, self.image, TRACK_JPEG_QUALITY)
-            self.frame, self.image = replace(self.frame, data=jpeg), None
-        return self.frame
-
-
-@dataclass(frozen=True)
-class VadTurn(WorkItem):
-    """Server VAD heard a complete utterance: answer it."""
-
-    name = "vad_turn"
-    audio: bytes
-    speech_ms: float
-
-
-class BargeIn(WorkItem):
-    """Server VAD heard the user talk over the answer: interrupt it."""
-
-    name = "barge_in"
 
 
 @dataclass(kw_only=True)
@@ -159,13 +83,9 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         super().__post_init__()
         self._explicit_config = False
         self._config_queued = False  # judge what follows a queued config as the config's processor will
-        self._frames = FrameBuffer(50)
+        self._camera = Camera(50)
         self._dc_filter: FrameSimilarityFilter | None = None
-        self._track_filter: FrameSimilarityFilter | None = None
-        self._latest_track_frame: _PendingFrame | None = None
-        self._track_frame_seq = 0
-        self._audio = AudioBuffer(proto.MAX_AUDIO_BUFFER_BYTES)
-        self._server_vad: ServerVad | None = None
+        self._listening = Listening(self._queue_work)
         self._history: deque[dict[str, Any]] = deque(maxlen=MAX_HISTORY_MESSAGES)
         self._turn: _Turn | None = None
         self._engine_session: EngineSession | None = None  # engine-side state, for engines that keep one
@@ -179,9 +99,8 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             await self._engine_session.close()
 
     async def _release(self) -> None:
-        self._frames = FrameBuffer(1)
-        self._latest_track_frame = None
-        self._audio.clear()
+        self._camera.clear()
+        self._listening.audio.clear()
         self._history.clear()
 
     def _error(self, message: str, request_id: str | None = None, detail: str | None = None) -> None:
@@ -235,10 +154,8 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         return False
 
     async def _do(self, work: WorkItem) -> None:
-        if isinstance(work, VadTurn):
-            await self._start_turn("", audio=work.audio, speech_ms=work.speech_ms)
-        elif isinstance(work, BargeIn):
-            await self._cancel_turn(notify=True)
+        if isinstance(work, Heard):
+            await self._on_heard(work.event)
         else:
             await super()._do(work)
 
@@ -290,17 +207,22 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         if self.strict_reference:
             config.audio_events = True  # the reference's only way to return speech
         self.config = config
-        self._server_vad = (
-            ServerVad(config.turn_detection, self.talker.echo if self.talker is not None else None)
-            if config.turn_detection is not None
-            else None
+        detection = config.turn_detection
+        self._listening.detect(
+            None
+            if detection is None
+            else VadSettings(
+                detection.threshold,
+                detection.prefix_padding_ms,
+                detection.silence_duration_ms,
+                detection.interrupt_response,
+            ),
+            self.talker.echo if self.talker is not None else None,
         )
         self._explicit_config = explicit
-        self._frames.max_frames = config.max_frames
+        self._camera.frames.max_frames = config.max_frames
         self._dc_filter = FrameSimilarityFilter(config.frame_filter_threshold) if config.enable_frame_filter else None
-        self._track_filter = (
-            FrameSimilarityFilter(config.track_filter_threshold) if config.enable_frame_filter else None
-        )
+        self._camera.filter_track(config.enable_frame_filter, config.track_filter_threshold)
         if self.state == "configuring":
             self.state = "active"
         self._open_engine_session(config)
@@ -320,7 +242,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             max_frames=config.max_frames,
             use_audio_in_video=config.use_audio_in_video,
             sampling_params_list=config.sampling_params_list,
-            audio_streamed=self._server_vad is None,
+            audio_streamed=self._listening.detection is None,
         )
         self._engine_session = self.engine.open_session(self.session_id, settings)
 
@@ -343,16 +265,14 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         return self.config.sample_fps if self.config is not None and self.state == "active" else None
 
     def note_frame_received(self) -> None:
-        self.counters.frames_received += 1
-        metrics.FRAMES.labels("received").inc()
+        self._camera.note_received()
         self._touch()
 
     async def _handle_dc_frame(self, msg: proto.FrameMessage) -> None:
         data = msg.data
         if data == "":
             return
-        self.counters.frames_received += 1
-        metrics.FRAMES.labels("received").inc()
+        self._camera.note_received()
         if data is None or len(data) > self.settings.max_frame_size:
             self._error(proto.INVALID_IMAGE_DATA if data is None else proto.FRAME_TOO_LARGE)
             return
@@ -365,10 +285,9 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         except (binascii.Error, ValueError, OSError, Image.DecompressionBombError):
             self._error(proto.INVALID_IMAGE_DATA)
             return
-        self.counters.frames_sampled += 1
-        metrics.FRAMES.labels("sampled").inc()
+        self._camera.note_sampled()
         frame = BufferedFrame(
-            data=raw, **msg.echoed(), receiver_received_ts_ms=msg.received_ts_ms, decoded_ready_ts_ms=_now_ms()
+            data=raw, **msg.echoed(), receiver_received_ts_ms=msg.received_ts_ms, decoded_ready_ts_ms=now_ms()
         )
         try:
             retained = self._dc_filter is None or await asyncio.to_thread(self._dc_filter.should_retain, image)
@@ -378,45 +297,20 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         self._buffer_frame(frame, retained)
 
     async def add_track_frame(self, frame: av.VideoFrame, pts_ms: float | None, received_ts_ms: float) -> None:
-        """A sampled camera frame: EVS, JPEG for the buffer (a filtered frame's only when a turn
-        takes it), ack. Runs only for sampled frames."""
+        """A sampled camera frame through the camera path, then acked. Runs only for sampled frames."""
         if self.state != "active":
             return
-        self.counters.frames_sampled += 1
-        metrics.FRAMES.labels("sampled").inc()
-        self._track_frame_seq += 1
-        track_filter = self._track_filter
-
-        def evaluate() -> tuple[bool, bytes]:
-            keep = track_filter is None or track_filter.should_retain_thumbnail(
-                frame_thumbnail(frame, track_filter.thumbnail_size)
-            )
-            return keep, frame_to_jpeg(frame, TRACK_JPEG_QUALITY) if keep else b""
-
-        retained, jpeg = await asyncio.to_thread(evaluate)
-        if self.state != "active":
-            return
-        buffered = BufferedFrame(
-            data=jpeg,
-            frame_id=f"rtp-{self._track_frame_seq}",
-            pts_ms=None if pts_ms is None else round(pts_ms, 3),
-            receiver_received_ts_ms=received_ts_ms,
-            decoded_ready_ts_ms=_now_ms(),
-        )
-        self._latest_track_frame = _PendingFrame(buffered, buffered=retained, image=None if retained else frame)
-        self._buffer_frame(buffered, retained)
+        buffered, retained = await self._camera.judge_track_frame(frame, pts_ms, received_ts_ms)
+        if self.state == "active":
+            self._buffer_frame(buffered, retained)
 
     def _buffer_frame(self, frame: BufferedFrame, retained: bool) -> None:
+        evicted = self._camera.buffer(frame, retained)
         if not retained:
-            self.counters.frames_filtered += 1
-            metrics.FRAMES.labels("filtered").inc()
             self._ack(frame, accepted=False, reason="filtered")
             return
-        evicted = self._frames.append(frame)
         if self._engine_session is not None:  # engine session hook
             self._engine_session.add_frame(frame.data)
-        if evicted is not None:
-            self.counters.frames_evicted += 1
         dropped_id = evicted.frame_id if evicted is not None and evicted.has_id else None
         self._ack(frame, accepted=True, dropped_frame_id=dropped_id)
 
@@ -430,8 +324,8 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             pts_ms=frame.pts_ms,
             capture_ts_ms=frame.capture_ts_ms,
             accepted=accepted,
-            buffered_frames=len(self._frames),
-            server_receive_ts_ms=frame.receiver_received_ts_ms or _now_ms(),
+            buffered_frames=len(self._camera.frames),
+            server_receive_ts_ms=frame.receiver_received_ts_ms or now_ms(),
         )
         if reason is not None:
             ack.reason = "filtered"
@@ -440,33 +334,25 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         self._emit(ack)
 
     def _append_audio(self, pcm16: bytes) -> None:
-        metrics.AUDIO_MS_IN.inc(len(pcm16) / 32)
-        if self._engine_session is not None and self._server_vad is None:  # engine session hook
+        if self._engine_session is not None and self._listening.detection is None:  # engine session hook
             self._engine_session.add_audio(pcm16)
-        if not self._audio.append(pcm16):
+        if not self._listening.hear(pcm16):
             self._error(proto.AUDIO_BUFFER_OVERFLOW)
-        if self._server_vad is not None:
-            for event in self._server_vad.feed(pcm16):
-                self._on_turn_taking(event)
 
-    def _on_turn_taking(self, event: SpeechStarted | SpeechStopped | EchoIgnored) -> None:
-        """Server VAD: announce speech, barge in on the talker, and start a turn when speech ends."""
-        assert self.config is not None and self.config.turn_detection is not None
-        detection = self.config.turn_detection
+    async def _on_heard(self, event: TurnTakingEvent) -> None:
+        """Server VAD: announce speech, barge in on the talker, and answer the utterance it ends."""
+        if self._listening.detection is None:
+            return
         if isinstance(event, SpeechStarted):
             self._emit(proto.SpeechStartedEvent(audio_start_ms=event.audio_start_ms))
-            if detection.interrupt_response and self._turn is not None:
-                self._queue_work(BargeIn())
-        elif isinstance(event, SpeechStopped):
+            if self._listening.barges_in(event) and self._turn is not None:
+                await self._cancel_turn(notify=True)
+            return
+        if isinstance(event, SpeechStopped):
             self._emit(proto.SpeechStoppedEvent(audio_end_ms=event.audio_end_ms))
-            if not event.is_speech:
-                self._audio.drop_until(event.audio_end_ms)
-                return
-            start = event.audio_start_ms - detection.prefix_padding_ms
-            audio = self._audio.take_range(start, event.audio_end_ms)
-            self._queue_work(VadTurn(audio, event.duration_ms))
-        else:
-            self._audio.drop_until(event.audio_end_ms)
+        utterance = self._listening.utterance(event)
+        if utterance is not None and isinstance(event, SpeechStopped):
+            await self._start_turn("", audio=utterance, speech_ms=event.duration_ms)
 
     def add_track_audio(self, pcm16: bytes) -> None:
         if self.state != "active":
@@ -484,93 +370,32 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
     async def _start_turn(self, query: str, audio: bytes | None, speech_ms: float | None) -> None:
         """Interrupt any active turn, then answer from the buffers (or the given speech segment)."""
         await self._cancel_turn(notify=not self.strict_reference)
-        if len(self._frames) == 0:
+        if len(self._camera.frames) == 0:
             self._error(proto.NO_FRAMES_BUFFERED)
             return
-        turn = _Turn(request_id=f"video-{uuid.uuid4().hex[:12]}")
-        frames, newest = self._turn_frames()
-        audio = self._audio.take_all() if audio is None else audio
-        self._turn = turn
-        self.counters.turns_started += 1
-        metrics.TURNS.labels("started").inc()
-        turn.task = self._tasks.spawn(self._run_turn(turn, frames, newest, audio, query, speech_ms))
-
-    def _turn_frames(self) -> tuple[list[BufferedFrame], _PendingFrame | None]:
-        """The reference's sample of the buffer, and the filtered frame that stands in for its
-        newest, if any: the newest camera frame is always current.
-
-        EVS keeps near-duplicates out of the buffer, so on a still scene the newest buffered frame
-        can be minutes old. When the newest sampled camera frame was filtered, it stands in for the
-        newest buffered frame in this turn (EVS judged them alike), so the model's newest view is
-        never older than one sampling interval. DataChannel frames are sampled exactly as upstream.
-        """
-        assert self.config is not None
-        frames = self._frames.sample(self.config.num_frames)
-        latest = self._latest_track_frame
-        if latest is not None and not latest.buffered and frames and frames[-1].frame_id != latest.frame.frame_id:
-            return frames, latest
-        return frames, None
-
-    async def _cancel_turn(self, *, notify: bool) -> None:
-        """Interrupt the active turn: stop its text, flush its audio, abort its engine request."""
-        turn, self._turn = self._turn, None
-        if turn is None or turn.task is None or turn.task.done():
-            return
-        await self._cancel_task(turn.task)
-        if self.talker is not None:
-            self.talker.flush()
-        if not turn.engine_finished:
-            await self._abort_request(turn.request_id)
-        self.counters.turns_cancelled += 1
-        metrics.TURNS.labels("cancelled").inc()
-        if notify:
-            self._emit(proto.ResponseCancelled(request_id=turn.request_id))
-
-    async def _newest_encoded(self, newest: _PendingFrame, buffered: BufferedFrame) -> BufferedFrame:
-        """The filtered newest frame with its JPEG, or the buffer's newest if it cannot be encoded
-        (the turn goes on with the frame EVS judged alike)."""
-        try:
-            return await newest.encoded()
-        except ValueError as exc:
-            logger.warning("session %s: the newest camera frame failed to encode: %s", self.session_id, exc)
-            return buffered
-
-    @staticmethod
-    def _engine_frames(frames: list[BufferedFrame]) -> list[TurnFrame]:
-        """The buffered JPEGs as the engine's frames, decoded only as far as the engine looks."""
-        return [
-            TurnFrame(
-                frame_id=f.frame_id if f.has_id else None,
-                pts_ms=f.pts_ms if isinstance(f.pts_ms, (int, float)) else None,
-                jpeg=f.data,
-            )
-            for f in frames
-        ]
-
-    async def _run_turn(
-        self,
-        turn: _Turn,
-        frames: list[BufferedFrame],
-        newest: _PendingFrame | None,
-        audio: bytes,
-        query: str,
-        speech_ms: float | None,
-    ) -> None:
         assert self.config is not None
         config = self.config
-        request_id = turn.request_id
-        self._emit(proto.ResponseStart(request_id=request_id))
-        audio_seen = False
-        try:
-            if newest is not None:
-                frames[-1] = await self._newest_encoded(newest, frames[-1])
-            turn_frames = self._engine_frames(frames)
-            engine_turn = UnderstandTurn(
-                request_id=request_id,
-                frames=turn_frames,
+        answer = Answer(
+            f"video-{uuid.uuid4().hex[:12]}",
+            session_id=self.session_id,
+            engine=self.engine,
+            talker=self.talker,
+            events=self,
+            abort=self._abort_request,
+            stall_timeout=self.settings.engine_stall_timeout,
+        )
+        turn = _Turn(answer, query)
+        audio = self._listening.audio.take_all() if audio is None else audio
+        history = list(self._history)
+
+        async def build() -> UnderstandTurn:
+            turn.frames = await self._camera.turn_frames(config.num_frames)
+            return UnderstandTurn(
+                request_id=answer.request_id,
+                frames=engine_frames(turn.frames),
                 audio_pcm16=audio,
                 query=query,
-                history=list(self._history),
+                history=history,
                 system_prompt=config.system_prompt,
                 modalities=tuple(config.modalities),
                 speech_ms=speech_ms,
@@ -579,77 +404,79 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
                 sampling_params_list=config.sampling_params_list,
                 engine_session=self._engine_session,
             )
-            consumed_pending = any(f.has_id for f in frames)
-            started = time.monotonic()
-            async for output in stall_bounded(self.engine, engine_turn, self.settings.engine_stall_timeout):
-                if consumed_pending:
-                    consumed_pending = False
-                    self._emit(self._frames_consumed(request_id, frames))
-                if isinstance(output, TextDelta):
-                    if not turn.text:
-                        metrics.TIME_TO_FIRST_TEXT.observe(time.monotonic() - started)
-                    turn.text += output.text
-                    self._emit(proto.TextDeltaEvent(request_id=request_id, delta=output.text))
-                elif isinstance(output, AudioChunk):
-                    if not audio_seen:
-                        metrics.TIME_TO_FIRST_AUDIO.observe(time.monotonic() - started)
-                    audio_seen = True
-                    if self.strict_reference and not turn.text_done_sent:
-                        # The reference's quirk: text.done (text so far) at the first audio output.
-                        turn.text_done_sent = True
-                        self._emit(proto.TextDone(request_id=request_id, text=turn.text))
-                    if config.audio_events:
-                        data = wav_base64(float_to_pcm16(output.samples), TALKER_SAMPLE_RATE)
-                        self._emit(proto.AudioDeltaEvent(request_id=request_id, data=data))
-                    if self.talker is not None:
-                        await self.talker.write(output.samples)
-                elif isinstance(output, ContextLost):
-                    self._emit(proto.ContextLost(request_id=request_id, message=output.reason))
-            turn.engine_finished = True
-        except asyncio.CancelledError:
-            raise
-        except TimeoutError:
-            await self._fail_turn(turn, proto.ENGINE_STALLED)
-            return
-        except EngineError as exc:
-            logger.warning("session %s: turn %s failed: %s", self.session_id, request_id, exc)
-            await self._fail_turn(turn, proto.QUERY_PROCESSING_FAILED, detail=error_text(exc))
-            return
-        except Exception:
-            logger.exception("session %s: turn %s failed", self.session_id, request_id)
-            await self._fail_turn(turn, proto.QUERY_PROCESSING_FAILED)
-            return
 
+        self._turn = turn
+        self.counters.turns_started += 1
+        self._emit(proto.ResponseStart(request_id=answer.request_id))
+        answer.start(self._tasks.spawn, build)
+
+    async def _cancel_turn(self, *, notify: bool) -> None:
+        """Interrupt the active turn: stop its text, flush its audio, abort its engine request."""
+        turn, self._turn = self._turn, None
+        if turn is None or await turn.answer.interrupt() is None:
+            return
+        self.counters.turns_cancelled += 1
+        if notify:
+            self._emit(proto.ResponseCancelled(request_id=turn.answer.request_id))
+
+    # ----------------------------------------------------------------- the answer's events
+
+    def _turn_of(self, answer: Answer) -> _Turn:
+        assert self._turn is not None and self._turn.answer is answer, "an ended turn's answer went on"
+        return self._turn
+
+    def on_first_output(self, answer: Answer) -> None:
+        frames = self._turn_of(answer).frames
+        if any(f.has_id for f in frames):
+            self._emit(self._frames_consumed(answer.request_id, frames))
+
+    def on_text(self, answer: Answer, delta: str) -> None:
+        self._emit(proto.TextDeltaEvent(request_id=answer.request_id, delta=delta))
+
+    def on_audio(self, answer: Answer, pcm16: bytes, first: bool) -> None:
+        turn = self._turn_of(answer)
+        if self.strict_reference and not turn.text_done_sent:
+            # The reference's quirk: text.done (text so far) at the first audio output.
+            self._text_done(turn)
+        assert self.config is not None
+        if self.config.audio_events:
+            data = wav_base64(pcm16, TALKER_SAMPLE_RATE)
+            self._emit(proto.AudioDeltaEvent(request_id=answer.request_id, data=data))
+
+    def on_context_lost(self, answer: Answer, reason: str) -> None:
+        self._emit(proto.ContextLost(request_id=answer.request_id, message=reason))
+
+    def on_generated(self, answer: Answer) -> None:
+        turn = self._turn_of(answer)
         if not turn.text_done_sent:
-            turn.text_done_sent = True
-            self._emit(proto.TextDone(request_id=request_id, text=turn.text))
-        if audio_seen:
-            if self.talker is not None:
-                # The turn lasts until its speech has played out, so an interrupt can still cut it.
-                await self.talker.wait_drained(timeout=self.settings.engine_stall_timeout)
-            self._emit(proto.AudioDone(request_id=request_id))
-        self._history.append({"role": "user", "content": query})
-        self._history.append({"role": "assistant", "content": turn.text})
+            self._text_done(turn)
+
+    def on_completed(self, answer: Answer) -> None:
+        turn = self._turn_of(answer)
+        if answer.audio_seen:
+            self._emit(proto.AudioDone(request_id=answer.request_id))
+        self._history.append({"role": "user", "content": turn.query})
+        self._history.append({"role": "assistant", "content": answer.text})
         self.counters.turns_completed += 1
-        metrics.TURNS.labels("completed").inc()
-        if self._turn is turn:
-            self._turn = None
+        self._turn = None
 
-    async def _fail_turn(self, turn: _Turn, message: str, detail: str | None = None) -> None:
+    def on_failed(self, answer: Answer, failure: Failure) -> None:
+        turn = self._turn_of(answer)
         self.counters.turns_failed += 1
-        metrics.TURNS.labels("failed").inc()
-        if self._turn is turn:
-            self._turn = None
-        if not turn.engine_finished:
-            await self._abort_request(turn.request_id)
-        self._error(message, request_id=turn.request_id, detail=detail)
+        self._turn = None
+        message = proto.ENGINE_STALLED if failure.kind == "stalled" else proto.QUERY_PROCESSING_FAILED
+        self._error(message, request_id=answer.request_id, detail=failure.detail)
         if not turn.text_done_sent:
-            self._emit(proto.TextDone(request_id=turn.request_id, text=turn.text))
+            self._text_done(turn)
+
+    def _text_done(self, turn: _Turn) -> None:
+        turn.text_done_sent = True
+        self._emit(proto.TextDone(request_id=turn.answer.request_id, text=turn.answer.text))
 
     def _frames_consumed(self, request_id: str, frames: list[BufferedFrame]) -> proto.FramesConsumed:
         return proto.FramesConsumed(
             request_id=request_id,
-            model_selected_ts_ms=_now_ms(),
+            model_selected_ts_ms=now_ms(),
             frame_ids=[f.frame_id for f in frames if f.has_id],
             frames=[
                 proto.ConsumedFrame(
@@ -669,27 +496,25 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         """`video.done`: let the active turn finish (bounded), then `session.done` and close."""
         self.state = "finishing"
         turn = self._turn
-        if turn is not None and turn.task is not None:
-            done, _ = await asyncio.wait([turn.task], timeout=self.settings.engine_stall_timeout * 2)
-            if not done:
-                await self._cancel_turn(notify=True)
+        if turn is not None and not await turn.answer.wait(self.settings.engine_stall_timeout * 2):
+            await self._cancel_turn(notify=True)
         self._emit(proto.SessionDone())
         self._close_soon()
 
     # ----------------------------------------------------------------- introspection
 
     def stats(self) -> dict[str, Any]:
-        c = self.counters
+        c, camera = self.counters, self._camera.counters
         return {
             "kind": "understand",
             "state": self.state,
             "config_applied": self.config is not None,
-            "frames_received": c.frames_received,
-            "frames_sampled": c.frames_sampled,
-            "frames_filtered": c.frames_filtered,
-            "frames_buffered": len(self._frames),
-            "frames_evicted": c.frames_evicted,
-            "audio_ms_buffered": round(self._audio.duration_ms, 1),
+            "frames_received": camera.received,
+            "frames_sampled": camera.sampled,
+            "frames_filtered": camera.filtered,
+            "frames_buffered": len(self._camera.frames),
+            "frames_evicted": camera.evicted,
+            "audio_ms_buffered": round(self._listening.audio.duration_ms, 1),
             "turn_detection": self.config.turn_detection.type
             if self.config is not None and self.config.turn_detection is not None
             else None,

@@ -1,0 +1,188 @@
+"""One spoken answer, whatever the protocol: the engine's stream for one turn, its text and speech
+to the session and the talker, the wait for play-out, the interrupt, and how a failure is told.
+
+A conversational session keeps only its protocol: it maps the `AnswerEvents` callbacks to its own
+events. The latency histograms and the outcome counters in /metrics are counted here, once, for
+every session kind; a failure is classified and logged here, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from .. import metrics
+from ..engines.base import AudioChunk, ContextLost, EngineError, TextDelta, UnderstandEngine, UnderstandTurn, Usage
+from ..media.echo import EchoReference
+from ..pcm import float_to_pcm16
+from ..protocol.validation import error_text
+from .base import CANCEL_WAIT_S
+from .engine_stream import stall_bounded
+
+logger = logging.getLogger(__name__)
+
+
+class Talker(Protocol):
+    """Where a session's speech goes (the outgoing RTP audio track, media/talker.py)."""
+
+    echo: EchoReference  # what it played recently, so its echo can be told from a person
+
+    async def write(self, pcm16: bytes) -> None: ...
+
+    def flush(self) -> float: ...
+
+    async def wait_drained(self, timeout: float) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why an answer failed: the engine went silent, the engine reported an error fit for the
+    client (`detail`), or a bug (logged with its traceback)."""
+
+    kind: Literal["stalled", "engine", "bug"]
+    detail: str | None = None
+
+
+class AnswerEvents(Protocol):
+    """What a session tells its client as an answer goes; every callback runs on the answer's task."""
+
+    def on_first_output(self, answer: Answer) -> None: ...
+
+    def on_text(self, answer: Answer, delta: str) -> None: ...
+
+    def on_audio(self, answer: Answer, pcm16: bytes, first: bool) -> None:
+        """24 kHz PCM16, before the talker has it."""
+
+    def on_context_lost(self, answer: Answer, reason: str) -> None: ...
+
+    def on_generated(self, answer: Answer) -> None:
+        """The engine's stream ended; its speech may still be playing."""
+
+    def on_completed(self, answer: Answer) -> None:
+        """Generated and played out."""
+
+    def on_failed(self, answer: Answer, failure: Failure) -> None: ...
+
+
+Abort = Callable[[str], Awaitable[None]]
+Spawn = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
+
+
+class Answer:
+    """One answer in flight. `start` it with what builds its engine turn; `interrupt` it at most once."""
+
+    def __init__(
+        self,
+        request_id: str,
+        *,
+        session_id: str,
+        engine: UnderstandEngine,
+        talker: Talker | None,
+        events: AnswerEvents,
+        abort: Abort,
+        stall_timeout: float,
+    ) -> None:
+        self.request_id = request_id
+        self.session_id = session_id
+        self.talker = talker
+        self.text = ""
+        self.audio_seen = False
+        self.speaking = False  # its speech reached the talker
+        self.engine_finished = False
+        self.usage: Usage | None = None  # the engine's count, when it gives one
+        self._engine = engine
+        self._events = events
+        self._abort = abort
+        self._stall_timeout = stall_timeout
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def start(self, spawn: Spawn, build: Callable[[], Awaitable[UnderstandTurn]]) -> None:
+        metrics.TURNS.labels("started").inc()
+        self._task = spawn(self._run(build))
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait for the answer to end by itself; False when `timeout` passed first."""
+        if self._task is None:
+            return True
+        done, _ = await asyncio.wait([self._task], timeout=timeout)
+        return bool(done)
+
+    async def interrupt(self) -> float | None:
+        """Stop its text, flush its speech, abort its engine request: the milliseconds of speech the
+        talker had not played (what truncation cuts), or None when the answer had already ended."""
+        if self._task is None or self._task.done():
+            return None
+        self._task.cancel()
+        await asyncio.wait([self._task], timeout=CANCEL_WAIT_S)
+        unplayed_ms = self.talker.flush() if self.talker is not None else 0.0
+        if not self.engine_finished:
+            await self._abort(self.request_id)
+        metrics.TURNS.labels("cancelled").inc()
+        return unplayed_ms
+
+    async def _run(self, build: Callable[[], Awaitable[UnderstandTurn]]) -> None:
+        try:
+            turn = await build()
+            await self._stream(turn)
+            self.engine_finished = True
+            self._events.on_generated(self)
+            if self.speaking and self.talker is not None:
+                # The answer lasts until its speech has played out, so an interrupt can still cut it.
+                await self.talker.wait_drained(timeout=self._stall_timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the answer fails; the session goes on
+            failure = self._classify(exc)
+            if not self.engine_finished:
+                await self._abort(self.request_id)
+            metrics.TURNS.labels("failed").inc()
+            self._events.on_failed(self, failure)
+            return
+        metrics.TURNS.labels("completed").inc()
+        self._events.on_completed(self)
+
+    async def _stream(self, turn: UnderstandTurn) -> None:
+        started = time.monotonic()
+        first = True
+        async for output in stall_bounded(self._engine, turn, self._stall_timeout):
+            if first:
+                first = False
+                self._events.on_first_output(self)
+            if isinstance(output, TextDelta):
+                if not self.text:
+                    metrics.TIME_TO_FIRST_TEXT.observe(time.monotonic() - started)
+                self.text += output.text
+                self._events.on_text(self, output.text)
+            elif isinstance(output, AudioChunk):
+                if not self.audio_seen:
+                    metrics.TIME_TO_FIRST_AUDIO.observe(time.monotonic() - started)
+                pcm16 = float_to_pcm16(output.samples.reshape(-1))
+                self._events.on_audio(self, pcm16, first=not self.audio_seen)
+                self.audio_seen = True
+                if self.talker is not None and pcm16:
+                    self.speaking = True
+                    await self.talker.write(pcm16)
+            elif isinstance(output, ContextLost):
+                self._events.on_context_lost(self, output.reason)
+            elif isinstance(output, Usage):
+                self.usage = output
+
+    def _classify(self, exc: Exception) -> Failure:
+        """One way to tell and log a failure: a stall or an engine's error is the engine's, anything
+        else a bug, logged with its traceback."""
+        if isinstance(exc, TimeoutError):
+            logger.warning("session %s: answer %s stalled", self.session_id, self.request_id)
+            return Failure("stalled")
+        if isinstance(exc, EngineError):
+            logger.warning("session %s: answer %s failed: %s", self.session_id, self.request_id, exc)
+            return Failure("engine", error_text(exc))
+        logger.exception("session %s: answer %s failed", self.session_id, self.request_id)
+        return Failure("bug")

@@ -1,0 +1,66 @@
+"""One listening path for every conversational session: the microphone's 16 kHz PCM16 into the
+session's audio buffer and, with turn detection on, through the server VAD and its echo check.
+
+What the VAD hears is queued as work in the session's inbox (`Heard`), in order with the client's
+messages, the same way for every session kind; the session's loop then asks this path what the
+event means: a barge-in, an utterance to answer, or noise and echo to forget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .. import metrics
+from ..media.echo import EchoReference
+from ..media.vad import SpeechStarted, SpeechStopped
+from ..pcm import INPUT_BYTES_PER_MS, MAX_AUDIO_BUFFER_BYTES
+from .audio_buffer import AudioBuffer
+from .inbox import WorkItem
+from .turn_taking import ServerVad, TurnTakingEvent, VadSettings
+
+
+@dataclass(frozen=True)
+class Heard(WorkItem):
+    """The server VAD heard speech start or stop, or the talker's echo end."""
+
+    name = "turn_taking"
+    event: TurnTakingEvent
+
+
+class Listening:
+    """The session's microphone buffer and, when turn detection is on, its server VAD."""
+
+    def __init__(self, queue_work: Callable[[WorkItem], None]) -> None:
+        self.audio = AudioBuffer(MAX_AUDIO_BUFFER_BYTES)
+        self.detection: VadSettings | None = None
+        self._vad: ServerVad | None = None
+        self._queue_work = queue_work
+
+    def detect(self, detection: VadSettings | None, echo: EchoReference | None) -> None:
+        """Turn detection with these settings from now on (a fresh VAD), or none."""
+        self.detection = detection
+        self._vad = ServerVad(detection, echo) if detection is not None else None
+
+    def hear(self, pcm16: bytes) -> bool:
+        """Buffer 16 kHz audio and listen to it; False when the buffer overflowed (and was emptied)."""
+        metrics.AUDIO_MS_IN.inc(len(pcm16) / INPUT_BYTES_PER_MS)
+        kept = self.audio.append(pcm16)
+        if self._vad is not None:
+            for event in self._vad.feed(pcm16):
+                self._queue_work(Heard(event))
+        return kept
+
+    def barges_in(self, event: TurnTakingEvent) -> bool:
+        """Whether speech starting now interrupts an answer in progress."""
+        return isinstance(event, SpeechStarted) and self.detection is not None and self.detection.interrupt_response
+
+    def utterance(self, event: TurnTakingEvent) -> bytes | None:
+        """At the end of speech, the utterance with its prefix padding, taken out of the buffer;
+        None for anything else, and the audio of noise or of the talker's echo is forgotten."""
+        if isinstance(event, SpeechStarted) or self.detection is None:
+            return None
+        if isinstance(event, SpeechStopped) and event.is_speech:
+            return self.audio.take_range(event.audio_start_ms - self.detection.prefix_padding_ms, event.audio_end_ms)
+        self.audio.drop_until(event.audio_end_ms)
+        return None
