@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import simplejpeg
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # vLLM-Omni looks models up on the Hub; tests stay on this machine
 pytest.importorskip("vllm_omni", reason="vllm-omni is not installed (see docs/vllm.md)")
@@ -140,7 +141,7 @@ def test_real_understanding_outputs_become_text_and_talker_audio() -> None:
 
 
 def test_the_chat_request_is_one_vllm_accepts() -> None:
-    frame = TurnFrame(frame_id="f1", pts_ms=0.0, jpeg=b"jpeg")
+    frame = TurnFrame(frame_id="f1", pts_ms=0.0, jpeg=simplejpeg.encode_jpeg(np.full((48, 64, 3), 200, np.uint8)))
     turn = UnderstandTurn(
         request_id="r",
         frames=[frame, frame],

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import simplejpeg
 
 from rtc_omni.client.peer import GenerateClient
 from rtc_omni.config import DEFAULT_TALKER_PACKET_MS
@@ -295,7 +296,8 @@ def test_the_md5_uuid_names_the_jpeg_bytes() -> None:
     from rtc_omni.engines.base import TurnFrame, UnderstandTurn
     from rtc_omni.engines.vllm_omni import build_messages
 
-    frame = TurnFrame(frame_id="f", pts_ms=0.0, jpeg=b"jpeg-bytes")
+    jpeg = simplejpeg.encode_jpeg(np.zeros((4, 4, 3), np.uint8))
+    frame = TurnFrame(frame_id="f", pts_ms=0.0, jpeg=jpeg)
     turn = UnderstandTurn(
         request_id="r",
         frames=[frame],
@@ -304,7 +306,7 @@ def test_the_md5_uuid_names_the_jpeg_bytes() -> None:
         history=[{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "x"}]}] * 3,
     )
     messages = build_messages(turn)
-    assert messages[-1]["content"][0]["uuid"] == hashlib.md5(b"jpeg-bytes").hexdigest()
+    assert messages[-1]["content"][0]["uuid"] == hashlib.md5(jpeg).hexdigest()
     assert messages[:2] == [{"role": "user", "content": "a"}, {"role": "user", "content": "a"}]
     assert len(messages[-1]["content"]) == 1  # no audio part, no empty text part
 
