@@ -200,3 +200,24 @@ async def test_a_worker_that_does_not_answer_is_reported_and_left_out(
     assert samples[("rtc_omni_workers_missing", ())] == 1
     assert samples[("process_resident_memory_bytes", (("worker", "0"),))] > 0
     assert ("process_resident_memory_bytes", (("worker", "1"),)) not in samples
+
+
+async def test_a_realtime_response_counts_in_the_same_turn_metrics(server: RunningServer) -> None:
+    before = await scrape(server)
+    async with aiohttp.ClientSession() as http, http.ws_connect(server.url + "/v1/realtime?model=m") as ws:
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello?"}]}
+        await ws.send_json({"type": "conversation.item.create", "item": item})
+        await ws.send_json({"type": "response.create", "response": {"output_modalities": ["text"]}})
+        async with asyncio.timeout(20):
+            while (event := await ws.receive_json())["type"] != "response.done":
+                pass
+    after = await scrape(server)
+
+    assert event["response"]["status"] == "completed"
+    for outcome in ("started", "completed"):
+        assert value(after, "rtc_omni_turns_total", outcome=outcome) == (
+            value(before, "rtc_omni_turns_total", outcome=outcome) + 1
+        )
+    assert value(after, "rtc_omni_time_to_first_text_seconds_count") == (
+        value(before, "rtc_omni_time_to_first_text_seconds_count") + 1
+    )

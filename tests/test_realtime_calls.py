@@ -273,3 +273,28 @@ async def test_an_attached_controller_drives_the_call_on_its_own_oai_events_chan
 
     assert done["response"]["status"] == "completed"
     assert [e["response"]["id"] for e in seen if e["type"] == "response.done"] == [done["response"]["id"]]
+
+
+async def test_a_still_camera_is_filtered_and_each_frame_encoded_once(
+    server: RunningServer, call: Call, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The understanding sessions' camera path: EVS drops the near-duplicates, a kept frame is
+    JPEG-encoded once, a filtered one only when a response takes it, and no engine encodes again."""
+    from rtc_omni.sessions import camera
+
+    encoded: list[int] = []
+    encode = camera.frame_to_jpeg
+    monkeypatch.setattr(
+        camera, "frame_to_jpeg", lambda frame, quality: encoded.append(id(frame)) or encode(frame, quality)
+    )
+    await call.connect(server, {"type": "realtime", "output_modalities": ["text"]})
+    stats = await stats_until(server, call, lambda s: s["frames_filtered"] >= 2)
+    assert stats["camera_frames"] == 1 and stats["frames_sampled"] - stats["frames_filtered"] == 1
+    assert len(encoded) == 1
+
+    mark = len(call.events)
+    call.send({"type": "response.create"})
+    done = await call.wait("response.done", after=mark)
+
+    assert "The newest frame is mostly red" in done["response"]["output"][0]["content"][0]["text"]
+    assert len(encoded) == len(set(encoded)) == 2  # the newest, filtered frame, once, for this response

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import io
 import json
+import logging
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,6 +24,7 @@ from PIL import Image
 from pydantic import TypeAdapter
 
 from rtc_omni.client.media import speech48
+from rtc_omni.engines import SyntheticEngine, TextDelta, UnderstandOutput, UnderstandTurn
 
 from .conftest import RunningServer, ServerFactory
 
@@ -414,3 +416,31 @@ async def test_a_response_longer_than_the_idle_timeout_completes_then_idle_ends_
 
     assert events[-1]["response"]["status"] == "completed"
     assert error["code"] == "idle_timeout"
+
+
+class CrashingEngine(SyntheticEngine):
+    """Asked to crash, says a little and fails as a bug would; answers the rest."""
+
+    async def generate(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:
+        if "crash" in turn.query:
+            yield TextDelta("partial")
+            raise RuntimeError("model exploded")
+        async for output in super().generate(turn):
+            yield output
+
+
+async def test_a_failing_response_is_logged_once_with_its_traceback_and_the_session_goes_on(
+    make_server: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = await make_server(engine=CrashingEngine(ttft=0.01, token_rate=200, voice="tone"))
+    async with connect(server) as rt:
+        await add_user_text(rt, "Please crash.")
+        with caplog.at_level(logging.WARNING, logger="rtc_omni"):
+            done = (await rt.respond(output_modalities=["text"]))[-1]
+
+        assert done["response"]["status"] == "failed"
+        assert done["response"]["status_details"]["error"]["message"] == "The response failed"
+        logged = [r for r in caplog.records if r.exc_info and "model exploded" in str(r.exc_info[1])]
+        assert len(logged) == 1 and logged[0].exc_info is not None and logged[0].exc_info[2] is not None
+        await add_user_text(rt, "Still there?")
+        assert (await rt.respond(output_modalities=["text"]))[-1]["response"]["status"] == "completed"

@@ -165,11 +165,11 @@ async def test_still_scene_query_sees_the_newest_frame(
 ) -> None:
     """The newest frame stands in for the buffer's, though EVS filtered it; filtered frames cost no
     JPEG until then."""
-    from rtc_omni.sessions import understand
+    from rtc_omni.sessions import camera
 
     encoded: list[int] = []
-    encode = understand.frame_to_jpeg
-    monkeypatch.setattr(understand, "frame_to_jpeg", lambda frame, quality: encoded.append(1) or encode(frame, quality))
+    encode = camera.frame_to_jpeg
+    monkeypatch.setattr(camera, "frame_to_jpeg", lambda frame, quality: encoded.append(1) or encode(frame, quality))
     client = await make_client(server, colour="magenta", tone=None, config={"modalities": ["text"]})
     await client.wait_event(where=lambda e: e.get("reason") == "filtered")
     await client.wait_event(where=lambda e: e.get("reason") == "filtered", after=len(client.events))
@@ -188,9 +188,9 @@ async def test_still_scene_query_sees_the_newest_frame(
 async def test_a_newest_frame_that_fails_to_encode_leaves_the_turn_the_buffered_one(
     server: RunningServer, make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rtc_omni.sessions import understand
+    from rtc_omni.sessions import camera
 
-    encode = understand.frame_to_jpeg
+    encode = camera.frame_to_jpeg
     calls: list[int] = []
 
     def first_only(frame: av.VideoFrame, quality: int) -> bytes:  # the kept first frame encodes; the newest not
@@ -199,7 +199,7 @@ async def test_a_newest_frame_that_fails_to_encode_leaves_the_turn_the_buffered_
             raise ValueError("broken planes")
         return encode(frame, quality)
 
-    monkeypatch.setattr(understand, "frame_to_jpeg", first_only)
+    monkeypatch.setattr(camera, "frame_to_jpeg", first_only)
     client = await make_client(server, colour="magenta", tone=None, config={"modalities": ["text"]})
     await client.wait_event(where=lambda e: e.get("reason") == "filtered")
 
