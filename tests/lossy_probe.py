@@ -138,12 +138,12 @@ async def whip_publishing(server: RunningServer, namespace: str, outage_s: float
         await controller.connect(kind="control", session_id=session_id)
         await controller.configure(modalities=["text"])  # the question is about the publisher, not the talker
         await controller.wait_event("video.frame.ack", timeout=20)
-        frames_before, started = session.counters.frames_received, time.monotonic()
+        frames_before, started = session.stats()["frames_received"], time.monotonic()
         if outage_s:
             await network_outage(namespace, outage_s, [])
         await asyncio.sleep(2.0)  # the publisher keeps sending; the tone fills the audio buffer
         result = await controller.ask("What do you see and hear?", timeout=60)
-        frames = session.counters.frames_received - frames_before
+        frames = session.stats()["frames_received"] - frames_before
         return {
             "answer": result.text[:300],
             "errors": result.errors,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -68,6 +69,7 @@ class AnswerEvents(Protocol):
     def on_failed(self, answer: Answer, failure: Failure) -> None: ...
 
 
+Outcome = Literal["started", "completed", "cancelled", "failed"]
 Abort = Callable[[str], Awaitable[None]]
 Spawn = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
 
@@ -85,6 +87,7 @@ class Answer:
         events: AnswerEvents,
         abort: Abort,
         stall_timeout: float,
+        tally: Counter[Outcome],
     ) -> None:
         self.request_id = request_id
         self.session_id = session_id
@@ -99,13 +102,14 @@ class Answer:
         self._abort = abort
         self._stall_timeout = stall_timeout
         self._task: asyncio.Task[None] | None = None
+        self._tally = tally  # the session's own count of its answers' outcomes
 
     @property
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
     def start(self, spawn: Spawn, build: Callable[[], Awaitable[UnderstandTurn]]) -> None:
-        metrics.TURNS.labels("started").inc()
+        self._count("started")
         self._task = spawn(self._run(build))
 
     async def wait(self, timeout: float) -> bool:
@@ -125,7 +129,7 @@ class Answer:
         unplayed_ms = self.talker.flush() if self.talker is not None else 0.0
         if not self.engine_finished:
             await self._abort(self.request_id)
-        metrics.TURNS.labels("cancelled").inc()
+        self._count("cancelled")
         return unplayed_ms
 
     async def _run(self, build: Callable[[], Awaitable[UnderstandTurn]]) -> None:
@@ -143,10 +147,10 @@ class Answer:
             failure = self._classify(exc)
             if not self.engine_finished:
                 await self._abort(self.request_id)
-            metrics.TURNS.labels("failed").inc()
+            self._count("failed")
             self._events.on_failed(self, failure)
             return
-        metrics.TURNS.labels("completed").inc()
+        self._count("completed")
         self._events.on_completed(self)
 
     async def _stream(self, turn: UnderstandTurn) -> None:
@@ -174,6 +178,10 @@ class Answer:
                 self._events.on_context_lost(self, output.reason)
             elif isinstance(output, Usage):
                 self.usage = output
+
+    def _count(self, outcome: Outcome) -> None:
+        metrics.TURNS.labels(outcome).inc()
+        self._tally[outcome] += 1
 
     def _classify(self, exc: Exception) -> Failure:
         """One way to tell and log a failure: a stall or an engine's error is the engine's, anything

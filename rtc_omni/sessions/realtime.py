@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+from collections import Counter
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -39,7 +40,7 @@ from ..pcm import INPUT_BYTES_PER_MS, INPUT_SAMPLE_RATE, TALKER_SAMPLE_RATE, pcm
 from ..protocol import realtime as proto
 from ..protocol.codec import Refusal
 from ..protocol.validation import describe_validation_error
-from .answer import Answer, Failure, Talker
+from .answer import Answer, Failure, Outcome, Talker
 from .base import Session
 from .camera import Camera, engine_frames
 from .conversation import MAX_TURN_IMAGES, Conversation, Item, Part
@@ -131,7 +132,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         self._speech_item_id = ""  # the user item the current speech segment will become
         self._camera = Camera(MAX_TURN_IMAGES)  # the newest sampled camera frames go with each response
         self._camera.filter_track(True)
-        self.responses = {"completed": 0, "cancelled": 0, "failed": 0}
+        self.responses: Counter[Outcome] = Counter()
 
     def start(self) -> None:
         self._emit(proto.SessionCreated(session=self.config.to_wire()))
@@ -461,6 +462,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             events=self,
             abort=self._abort_request,
             stall_timeout=self.settings.engine_stall_timeout,
+            tally=self.responses,
         )
         response = _Response(answer, item=item, part=part, modality=modality)
         model = self.config.model
@@ -569,7 +571,6 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         if self._response is not response:
             return
         self._response = None
-        self.responses[status] += 1
         ids = {"response_id": response.id, "item_id": response.item.id}
         if response.modality == "audio":
             self._emit(proto.AudioDone(**ids))
@@ -661,6 +662,6 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             "frames_sampled": self._camera.counters.sampled,
             "frames_filtered": self._camera.counters.filtered,
             "response_active": self._response is not None,
-            "responses": dict(self.responses),
+            "responses": {outcome: self.responses[outcome] for outcome in ("completed", "cancelled", "failed")},
             "errors_sent": self.errors_sent,
         }

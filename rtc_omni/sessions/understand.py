@@ -13,7 +13,7 @@ import asyncio
 import base64
 import binascii
 import uuid
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -28,7 +28,7 @@ from ..media.wav import wav_base64
 from ..pcm import TALKER_SAMPLE_RATE
 from ..protocol import understand as proto
 from ..protocol.codec import Refusal
-from .answer import Answer, Failure, Talker
+from .answer import Answer, Failure, Outcome, Talker
 from .base import Session
 from .camera import Camera, engine_frames, now_ms
 from .frame_buffer import BufferedFrame
@@ -42,14 +42,6 @@ if TYPE_CHECKING:
 MAX_HISTORY_MESSAGES = 16
 
 SessionState = Literal["configuring", "active", "finishing", "closed"]
-
-
-@dataclass
-class SessionCounters:
-    turns_started: int = 0
-    turns_completed: int = 0
-    turns_cancelled: int = 0
-    turns_failed: int = 0
 
 
 @dataclass
@@ -77,7 +69,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
 
     state: SessionState = "configuring"
     config: proto.SessionConfig | None = None
-    counters: SessionCounters = field(default_factory=SessionCounters)
+    turns: Counter[Outcome] = field(default_factory=Counter)  # by outcome
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -383,6 +375,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             events=self,
             abort=self._abort_request,
             stall_timeout=self.settings.engine_stall_timeout,
+            tally=self.turns,
         )
         turn = _Turn(answer, query)
         audio = self._listening.audio.take_all() if audio is None else audio
@@ -406,7 +399,6 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             )
 
         self._turn = turn
-        self.counters.turns_started += 1
         self._emit(proto.ResponseStart(request_id=answer.request_id))
         answer.start(self._tasks.spawn, build)
 
@@ -415,7 +407,6 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         turn, self._turn = self._turn, None
         if turn is None or await turn.answer.interrupt() is None:
             return
-        self.counters.turns_cancelled += 1
         if notify:
             self._emit(proto.ResponseCancelled(request_id=turn.answer.request_id))
 
@@ -457,12 +448,10 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             self._emit(proto.AudioDone(request_id=answer.request_id))
         self._history.append({"role": "user", "content": turn.query})
         self._history.append({"role": "assistant", "content": answer.text})
-        self.counters.turns_completed += 1
         self._turn = None
 
     def on_failed(self, answer: Answer, failure: Failure) -> None:
         turn = self._turn_of(answer)
-        self.counters.turns_failed += 1
         self._turn = None
         message = proto.ENGINE_STALLED if failure.kind == "stalled" else proto.QUERY_PROCESSING_FAILED
         self._error(message, request_id=answer.request_id, detail=failure.detail)
@@ -504,7 +493,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
     # ----------------------------------------------------------------- introspection
 
     def stats(self) -> dict[str, Any]:
-        c, camera = self.counters, self._camera.counters
+        turns, camera = self.turns, self._camera.counters
         return {
             "kind": "understand",
             "state": self.state,
@@ -518,10 +507,10 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             "turn_detection": self.config.turn_detection.type
             if self.config is not None and self.config.turn_detection is not None
             else None,
-            "turns_started": c.turns_started,
-            "turns_completed": c.turns_completed,
-            "turns_cancelled": c.turns_cancelled,
-            "turns_failed": c.turns_failed,
+            "turns_started": turns["started"],
+            "turns_completed": turns["completed"],
+            "turns_cancelled": turns["cancelled"],
+            "turns_failed": turns["failed"],
             "turn_active": self._turn is not None,
             "errors_sent": self.errors_sent,
         }

@@ -48,10 +48,10 @@ OUTBOUND_VIDEO = """async () => {
 async def frames_received_in_window(server: Any, page: Page) -> int:
     """Camera frames the server received from the page's session over WINDOW_S seconds."""
     session_id = await page.evaluate("window.rtcOmni.talk.session.sessionId")
-    counters = server.registry.get(session_id).session.counters
-    before = counters.frames_received
+    session = server.registry.get(session_id).session
+    before = session.stats()["frames_received"]
     await asyncio.sleep(WINDOW_S)
-    return counters.frames_received - before
+    return session.stats()["frames_received"] - before
 
 
 async def highest_target_bitrate(page: Page, seconds: float) -> int:
