@@ -19,7 +19,7 @@ from rtc_omni.engines.vllm_omni import TRANSCRIBE_PROMPT, OmniUnderstandEngine
 from rtc_omni.sessions.realtime import MAX_PENDING_TRANSCRIPTIONS
 
 from .conftest import RunningServer, ServerFactory
-from .test_realtime_ws import Realtime, add_user_text, append_audio, connect, speech24k, text_of, tone_pcm24k
+from .realtime_client import Realtime, add_user_text, append_audio, connect, speech24k, text_of, tone_pcm24k
 from .vllm_fakes import FakeChat, FakeOmni
 
 TRANSCRIPTION = {"model": "whisper-1", "language": "en"}
