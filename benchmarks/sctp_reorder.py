@@ -1,7 +1,7 @@
 """CPU of aiortc's SCTP receiver for 1-byte DATA chunks, in order and after one missing TSN.
 
 Compares aiortc's own receive path with rtc-omni's bound (rtc_omni/patches/sctp.py), driving an
-RTCSctpTransport in memory as tests/test_sctp_bound.py does. Figures: docs/upstream-sctp.md.
+RTCSctpTransport in memory as tests/test_sctp_bound.py does (tests/sctp_memory.py). Figures: docs/upstream-sctp.md.
 Usage (from the repository root): python -m benchmarks.sctp_reorder [CHUNKS]
 """
 
@@ -14,7 +14,7 @@ import time
 from aiortc.rtcsctptransport import RTCSctpTransport
 
 from rtc_omni.patches import sctp
-from tests.test_sctp_bound import FIRST_TSN, chunk, receiver, send
+from tests.sctp_memory import FIRST_TSN, chunk, receiver, send
 
 
 async def cpu_seconds(chunks: int, gap: bool) -> float:

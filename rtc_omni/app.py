@@ -28,7 +28,7 @@ from .signaling.keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 from .signaling.limits import ConnectionLimit, cors_allow_list, session_rate_limit, text_body
 from .workers import Worker
 from .workers.forwarding import REDEEM_PATH, OwnerRouting, sibling_client_address
-from .workers.supervisor import bind_shared_port
+from .workers.shared_port import bind_shared_port
 
 logger = logging.getLogger(__name__)
 

@@ -4,31 +4,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import errno
 import importlib.util
 import json
 import logging
-import socket
 import sys
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from .bench.cli import add_arguments as add_bench_arguments
 from .bench.cli import main as run_bench
 from .client.peer import check_server_url
-from .config import Settings, add_settings_arguments, load_settings
-from .engines.vllm_runtime import INSTALL_HINT, EngineUnavailable
-from .event_loop import EventLoopUnavailable, loop_factory
+from .config import add_settings_arguments, load_settings
+from .engines.vllm_runtime import INSTALL_HINT
 from .logs import configure_logging
 from .protocol.generate import VideoGenerationRequest, coerce_start_fields
 from .protocol.understand import SessionConfig
 from .protocol.validation import FieldLabel, describe_validation_error, error_text
-
-if TYPE_CHECKING:
-    from .workers import Worker
+from .serve import listen_error, serve_process
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 # `rtc-omni client generate` flags not named after the request field they set, for error messages.
@@ -67,45 +61,11 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         return run_workers(settings, serve_process, listening)
     except OSError as exc:
-        print(f"rtc-omni: {_listen_error(exc, settings.host, settings.port)}", file=sys.stderr)
+        print(f"rtc-omni: {listen_error(exc, settings.host, settings.port)}", file=sys.stderr)
         return 2
     except EngineStartError as exc:
         print(f"rtc-omni: {exc}", file=sys.stderr)
         return 2
-
-
-def serve_process(settings: Settings, worker: Worker | None, on_listening: Callable[[int], None]) -> int:
-    """Run one server process (the only one, or one of --workers) until it is told to stop."""
-    from .app import create_app, serve
-
-    try:
-        factory = loop_factory(settings.event_loop)
-    except EventLoopUnavailable as exc:
-        print(f"rtc-omni: {exc}", file=sys.stderr)
-        return 2
-    app = create_app(settings, worker=worker)
-    try:
-        with asyncio.Runner(loop_factory=factory) as runner:
-            runner.run(serve(app, settings, on_listening=on_listening, worker=worker))
-    except EngineUnavailable as exc:
-        print(f"rtc-omni: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"rtc-omni: {_listen_error(exc, settings.host, settings.port)}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def _listen_error(exc: OSError, host: str, port: int) -> str:
-    """Why the server could not listen, and what to change."""
-    where = f"{host}:{port}"
-    if exc.errno == errno.EADDRINUSE:
-        return f"{where} is already in use (another rtc-omni serve?): stop it, or pick another --port (0: any free one)"
-    if exc.errno == errno.EACCES:
-        return f"cannot listen on {where}: permission denied (ports below 1024 need privileges); pick another --port"
-    if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
-        return f"cannot listen on {where}: {exc.strerror or exc}; --host must be an address of this machine"
-    return f"cannot listen on {where}: {exc}"
 
 
 def _checked(model: type[BaseModel], data: dict[str, Any], label: FieldLabel = str) -> None:

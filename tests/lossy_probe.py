@@ -32,10 +32,10 @@ from rtc_omni.config import Settings
 from rtc_omni.engines import Engines, create_engines
 
 from .conftest import FAST_SETTINGS, RunningServer, ShortSpeechEngine
+from .generate_client import received_through
 from .lossy import delay_datagrams, lossy_namespace, outage, set_random_loss
-from .test_generate_rtc import received_through
-from .test_whep import WhepPlayer, viewing
-from .test_whip import SDP, http_raw, publisher_offer
+from .whep_player import WhepPlayer, viewing
+from .whip_client import SDP, http_raw, publisher_offer
 
 ROOT = Path(__file__).resolve().parent.parent
 FRAMES, FPS, SIZE = 96, 24, "416x240"

@@ -36,7 +36,7 @@ from rtc_omni.engines import (
 from rtc_omni.signaling.keys import ENGINES
 
 from .conftest import FAST_SETTINGS, ClientFactory, RunningServer, ServerFactory
-from .test_generate_rtc import received_through
+from .generate_client import received_through
 
 
 class CountingEngine(SyntheticEngine):

@@ -18,10 +18,10 @@ from rtc_omni.signaling.capabilities import RedactingAccessLogger
 from rtc_omni.signaling.ice import rtc_configuration
 
 from .conftest import RunningServer, ServerFactory, http_json
-from .test_generate_rtc import SMALL, connect, received_through
-from .test_lifecycle import wait_until
-from .test_whep import WhepPlayer
-from .test_whip import SDP, http_raw, publisher_offer
+from .generate_client import SMALL, connect, received_through
+from .waiting import wait_until
+from .whep_player import WhepPlayer
+from .whip_client import SDP, http_raw, publisher_offer
 
 pytestmark = pytest.mark.media  # real aiortc peers
 

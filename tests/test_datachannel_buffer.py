@@ -15,7 +15,7 @@ from rtc_omni.metrics import REGISTRY
 from rtc_omni.signaling import peer
 
 from .conftest import ClientFactory, ServerFactory
-from .test_lifecycle import server_tasks, wait_until
+from .waiting import server_tasks, wait_until
 
 OVERFLOWS = "rtc_omni_datachannel_overflows_total"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import time
 from collections.abc import AsyncIterator
@@ -13,23 +12,14 @@ import av
 import numpy as np
 import pytest
 
-from rtc_omni.client.media import VideoReceiver
 from rtc_omni.client.peer import GenerateClient
 from rtc_omni.engines import GenerateRequest, SyntheticVideoEngine, VideoChunk
 from rtc_omni.media import blockcode
 
 from .conftest import RunningServer, ServerFactory, http_json
-from .test_lifecycle import wait_until
+from .generate_client import SMALL, connect, received_through
 
 pytestmark = pytest.mark.media
-
-SMALL = {"size": "320x240"}
-
-
-async def connect(server: RunningServer, **kwargs) -> GenerateClient:
-    client = GenerateClient(server.url, **kwargs)
-    await client.connect()
-    return client
 
 
 @pytest.fixture
@@ -40,17 +30,6 @@ async def gen_server(make_server: ServerFactory) -> RunningServer:
 async def settle(client: GenerateClient, seconds: float = 0.4) -> list:
     await asyncio.sleep(seconds)
     return list(client.receiver.frames)
-
-
-async def received_through(receiver: VideoReceiver | None, last_index: int, timeout: float = 10.0) -> list:
-    """What `receiver` has once frame `last_index` arrived (or, after `timeout`, whatever did).
-
-    The server sends every frame, but on a loaded machine the last may reach the peer a little
-    after `session.done`; a test that asserts completeness waits for it rather than a fixed time.
-    """
-    with contextlib.suppress(TimeoutError):
-        await wait_until(lambda: receiver is not None and any(f.index >= last_index for f in receiver.frames), timeout)
-    return list(receiver.frames) if receiver is not None else []
 
 
 @pytest.mark.parametrize("codec", ["vp8", "h264"])

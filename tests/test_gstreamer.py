@@ -20,9 +20,9 @@ import pytest
 from rtc_omni.client.peer import GenerateClient
 
 from .conftest import RunningServer, ServerFactory
-from .test_lifecycle import server_tasks, wait_until
-from .test_whip_ffmpeg import ask_about_colour_and_tone
 from .tools import require_loopback_namespace, unavailable
+from .waiting import server_tasks, wait_until
+from .whip_client import ask_about_colour_and_tone
 
 pytestmark = pytest.mark.media  # GStreamer peers over real WebRTC
 

@@ -22,7 +22,7 @@ from rtc_omni.client.peer import GenerateClient, UnderstandClient
 from rtc_omni.config import Settings
 
 from .conftest import FAST_SETTINGS, RunningServer, http_json
-from .test_generate_rtc import received_through
+from .generate_client import received_through
 
 UNDERSTAND_FIELDS = {
     "session.config": [

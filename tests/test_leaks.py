@@ -18,7 +18,7 @@ from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
 from rtc_omni.client.peer import UnderstandClient
 
 from .conftest import RunningServer, http_json
-from .test_lifecycle import server_tasks, wait_until
+from .waiting import server_tasks, wait_until
 
 pytestmark = pytest.mark.media
 

@@ -9,23 +9,7 @@ import pytest
 from rtc_omni.client.peer import SignalingError, UnderstandClient
 
 from .conftest import ClientFactory, RunningServer, ServerFactory, http_json
-
-
-def server_tasks() -> list[asyncio.Task]:
-    """Live asyncio tasks running server-side rtc_omni code (sessions, ingest, signaling)."""
-    found = []
-    for task in asyncio.all_tasks():
-        code = getattr(task.get_coro(), "cr_code", None)
-        path = code.co_filename if code is not None else ""
-        if "/rtc_omni/" in path and "/rtc_omni/client/" not in path:
-            found.append(task)
-    return found
-
-
-async def wait_until(predicate, timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.05)
+from .waiting import server_tasks, wait_until
 
 
 async def open_session_with_active_turn(server: RunningServer, make_client: ClientFactory):

@@ -21,18 +21,7 @@ from rtc_omni.workers import scrape as whole_server
 from rtc_omni.workers.scrape import exposition, merge
 
 from .conftest import FAST_SETTINGS, ClientFactory, RunningServer, ServerFactory
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def parsed(text: str | bytes) -> Samples:
-    """Prometheus text as {(sample name, sorted labels): value}."""
-    text = text.decode() if isinstance(text, bytes) else text
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
+from .prometheus_text import Samples, parsed
 
 
 async def scrape(server: RunningServer) -> Samples:

@@ -11,7 +11,7 @@ from rtc_omni.client.peer import ControlClient, GenerateClient
 from rtc_omni.signaling import peer as peer_module
 
 from .conftest import RunningServer, ServerFactory, http_json
-from .test_whip import SDP, http_raw, publisher_offer
+from .whip_client import SDP, http_raw, publisher_offer
 
 
 def without_setup(sdp: str) -> str:

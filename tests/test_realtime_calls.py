@@ -22,7 +22,7 @@ from rtc_omni.media.talker import TAIL_PACKETS
 from rtc_omni.signaling.ice import rtc_configuration
 
 from .conftest import RunningServer, ServerFactory, http_json
-from .test_whep import WhepPlayer
+from .whep_player import WhepPlayer
 
 pytestmark = pytest.mark.media  # real aiortc peers and the talker
 

@@ -6,7 +6,6 @@ Every server event the tests receive is validated against the SDK's own typed se
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import io
 import json
@@ -19,29 +18,29 @@ import numpy as np
 import openai
 import pytest
 from openai import AsyncOpenAI
-from openai.types.realtime import RealtimeServerEvent
 from PIL import Image
-from pydantic import TypeAdapter
 
-from rtc_omni.client.media import speech48
 from rtc_omni.engines import SyntheticEngine, TextDelta, UnderstandOutput, UnderstandTurn
 
 from .conftest import RunningServer, ServerFactory
+from .realtime_client import (
+    SERVER_EVENT,
+    Realtime,
+    add_user_text,
+    append_audio,
+    connect,
+    speech24k,
+    text_of,
+    tone_pcm24k,
+)
 
-SERVER_EVENT: TypeAdapter[Any] = TypeAdapter(RealtimeServerEvent)
 RED = (230, 20, 20)
-EVENT_TIMEOUT_S = 20.0
 
 
 def png_data_url(colour: tuple[int, int, int], size: tuple[int, int] = (64, 48)) -> str:
     out = io.BytesIO()
     Image.new("RGB", size, colour).save(out, format="PNG")
     return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode("ascii")
-
-
-def tone_pcm24k(hz: float, seconds: float) -> bytes:
-    t = np.arange(int(24_000 * seconds)) / 24_000
-    return (0.3 * np.sin(2 * np.pi * hz * t) * 32767).astype("<i2").tobytes()
 
 
 def dominant_hz(pcm16: bytes, rate: int) -> float:
@@ -51,75 +50,10 @@ def dominant_hz(pcm16: bytes, rate: int) -> float:
     return float(np.argmax(spectrum) * rate / samples.size)
 
 
-class Realtime:
-    """One SDK connection; every event received is validated as the SDK's typed server event."""
-
-    def __init__(self, connection: Any) -> None:
-        self.connection = connection
-        self.events: list[dict[str, Any]] = []
-
-    async def send(self, event: dict[str, Any]) -> None:
-        await self.connection.send(event)
-
-    async def next(self) -> dict[str, Any]:
-        async with asyncio.timeout(EVENT_TIMEOUT_S):
-            raw = await self.connection.recv_bytes()
-        typed = SERVER_EVENT.validate_json(raw)  # raises on any event the SDK's models reject
-        event = typed.model_dump(mode="json", exclude_unset=True)
-        self.events.append(event)
-        return event
-
-    async def until(self, event_type: str) -> list[dict[str, Any]]:
-        """Events up to and including the next `event_type`."""
-        seen = []
-        while True:
-            event = await self.next()
-            seen.append(event)
-            if event["type"] == event_type:
-                return seen
-
-    async def respond(self, **response: Any) -> list[dict[str, Any]]:
-        await self.send({"type": "response.create", **({"response": response} if response else {})})
-        return await self.until("response.done")
-
-
 @pytest.fixture
 async def realtime(server: RunningServer) -> AsyncIterator[Realtime]:
     async with connect(server) as session:
         yield session
-
-
-class connect:
-    """`AsyncOpenAI(base_url=...).realtime.connect(model=...)`, as an app would open it."""
-
-    def __init__(self, server: RunningServer) -> None:
-        self.client = AsyncOpenAI(base_url=server.url + "/v1", api_key="sk-test")
-        self.manager = self.client.realtime.connect(model="qwen3-omni")
-
-    async def __aenter__(self) -> Realtime:
-        session = Realtime(await self.manager.__aenter__())
-        created = await session.next()
-        assert created["type"] == "session.created"
-        return session
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.manager.__aexit__(None, None, None)
-        await self.client.close()
-
-
-def text_of(events: list[dict[str, Any]], delta_type: str) -> str:
-    return "".join(e["delta"] for e in events if e["type"] == delta_type)
-
-
-async def add_user_text(rt: Realtime, text: str, **item: Any) -> dict[str, Any]:
-    await rt.send(
-        {
-            "type": "conversation.item.create",
-            "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}], **item},
-        }
-    )
-    events = await rt.until("conversation.item.done")
-    return events[-1]["item"]
 
 
 async def test_session_update_reports_instructions_and_unhonoured_fields_unchanged(realtime: Realtime) -> None:
@@ -316,18 +250,6 @@ async def test_bad_input_gets_an_error_with_the_event_id_and_the_session_goes_on
     assert errors[5]["code"] == "input_audio_buffer_commit_empty"
     events = await realtime.respond(output_modalities=["text"])
     assert events[-1]["response"]["status"] == "completed"
-
-
-def speech24k(text: str) -> bytes:
-    """espeak-ng saying `text`, as the 24 kHz PCM16 an app streams."""
-    return (speech48(text)[::2] * 32767).astype("<i2").tobytes()
-
-
-async def append_audio(rt: Realtime, pcm: bytes) -> None:
-    for start in range(0, len(pcm), 9600):  # 200 ms appends
-        await rt.send(
-            {"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm[start : start + 9600]).decode()}
-        )
 
 
 @pytest.mark.usefixtures("espeak_ng")  # skips without espeak-ng, fails under CI

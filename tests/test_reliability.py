@@ -11,7 +11,7 @@ import pytest
 from rtc_omni.client.peer import UnderstandClient
 
 from .conftest import ClientFactory, RunningServer, ServerFactory, http_json
-from .test_lifecycle import server_tasks, wait_until
+from .waiting import server_tasks, wait_until
 
 
 async def test_oversized_bodies_get_413(server: RunningServer) -> None:

@@ -11,8 +11,8 @@ from aiortc import RTCSessionDescription
 from yarl import URL
 
 from .conftest import ServerFactory
-from .test_lifecycle import wait_until
-from .test_whip import SDP, http_raw, publisher_offer
+from .waiting import wait_until
+from .whip_client import SDP, http_raw, publisher_offer
 
 CAP = 8
 SDPFRAG = {"Content-Type": "application/trickle-ice-sdpfrag"}

@@ -22,8 +22,8 @@ from rtc_omni.client.peer import UnderstandClient
 from rtc_omni.signaling.ice import advertise_public_addresses, turn_rest_credentials
 
 from .conftest import RunningServer, ServerFactory, http_json
-from .test_whip import SDP, http_raw, publisher_offer
 from .tools import require_loopback_namespace, require_tool
+from .whip_client import SDP, http_raw, publisher_offer
 
 SECRET = "turn-test-secret"
 ROOT = Path(__file__).resolve().parent.parent

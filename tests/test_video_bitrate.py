@@ -12,7 +12,7 @@ from rtc_omni.client.peer import UnderstandClient
 from rtc_omni.signaling.bitrate import video_bandwidth_lines
 
 from .conftest import ServerFactory
-from .test_whip import SDP, http_raw, publisher_offer
+from .whip_client import SDP, http_raw, publisher_offer
 
 ANSWER = "\r\n".join(
     [

@@ -4,42 +4,17 @@ attached by session id, and teardown freeing the session."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-import aiohttp
 import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from yarl import URL
 
-from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
 from rtc_omni.client.peer import SignalingError, UnderstandClient
 from rtc_omni.signaling.ice import rtc_configuration
 
 from .conftest import RunningServer, ServerFactory, http_json
-from .test_lifecycle import wait_until
-
-TOKEN = "s3cret-token"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-SDP = {"Content-Type": "application/sdp"}
-
-
-async def http_raw(server: RunningServer, method: str, path: str, **kwargs: Any) -> tuple[int, Any, str]:
-    """One request; returns status, headers and body text. `path` may be an absolute URL."""
-    url = path if path.startswith("http") else server.url + path
-    async with aiohttp.ClientSession() as http:
-        async with http.request(method, url, **kwargs) as response:
-            return response.status, response.headers, await response.text()
-
-
-async def publisher_offer(video: bool = True, audio: bool = True) -> tuple[RTCPeerConnection, str]:
-    """An aiortc publisher offering what OBS does: sendonly red video and a 440 Hz tone, no DataChannel."""
-    pc = RTCPeerConnection(rtc_configuration([]))
-    if video:
-        pc.addTransceiver(ColourVideoTrack(COLOURS["red"], 320, 240, 30), direction="sendonly")
-    if audio:
-        pc.addTransceiver(ToneAudioTrack(440.0), direction="sendonly")
-    await pc.setLocalDescription(await pc.createOffer())
-    return pc, pc.localDescription.sdp
+from .waiting import wait_until
+from .whip_client import AUTH, SDP, TOKEN, http_raw, publisher_offer
 
 
 @pytest.mark.media

@@ -21,11 +21,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from rtc_omni.client.peer import UnderstandClient
-
 from .conftest import RunningServer, ServerFactory
-from .test_lifecycle import server_tasks, wait_until
 from .tools import require_loopback_namespace, unavailable
+from .waiting import server_tasks, wait_until
+from .whip_client import ask_about_colour_and_tone
 
 pytestmark = pytest.mark.media
 
@@ -79,22 +78,6 @@ async def start_publisher(server: RunningServer, directory: Path, seconds: float
     )
 
 
-async def ask_about_colour_and_tone(server: RunningServer, session_id: str, token: str = TOKEN) -> None:
-    """Attach a controller to the publisher's session (with `token`: the server's, or the session's);
-    its answer names the colour and the tone."""
-    controller = UnderstandClient(server.url, video=None, audio=None, token=token)
-    try:
-        await controller.connect(kind="control", session_id=session_id)
-        await controller.configure(modalities=["text"])
-        await controller.wait_event("video.frame.ack", timeout=10)
-        await asyncio.sleep(1.0)  # a second of the tone in the audio buffer
-        result = await controller.ask("What do you see and hear?")
-        assert "mostly red" in result.text, result.text
-        assert "dominant frequency about 440 Hz" in result.text, result.text
-    finally:
-        await controller.close()
-
-
 @pytest.mark.timeout(90)
 async def test_ffmpeg_whip_publisher_is_understood(make_server: ServerFactory, tmp_path: Path) -> None:
     server = await make_server(auth_token=TOKEN)
@@ -105,7 +88,7 @@ async def test_ffmpeg_whip_publisher_is_understood(make_server: ServerFactory, t
         session_id = next(iter(server.registry))
         peer = server.registry.get(session_id)
         await wait_until(lambda: peer.pc.connectionState == "connected", timeout=15)
-        await ask_about_colour_and_tone(server, session_id)
+        await ask_about_colour_and_tone(server, session_id, TOKEN)
 
         assert publisher.stdin is not None
         publisher.stdin.close()  # it stops publishing and sends DELETE
@@ -149,7 +132,7 @@ async def test_ffmpeg_publisher_outlives_consent_expiry_and_is_freed_when_killed
         await asyncio.sleep(LONG_PUBLISH_S - (time.monotonic() - connected_at))
         assert "media keeps arriving: connection kept" in caplog.text  # consent did expire
         assert session_id in server.registry and peer.pc.connectionState == "connected"
-        await ask_about_colour_and_tone(server, session_id)
+        await ask_about_colour_and_tone(server, session_id, TOKEN)
 
         publisher.kill()  # gone without DELETE
         killed_at = time.monotonic()

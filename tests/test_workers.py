@@ -29,8 +29,8 @@ from rtc_omni.config import SettingsError, load_settings
 from rtc_omni.workers.engine_process import EngineProcess, EngineStartError, engine_settings, remote_settings
 from rtc_omni.workers.supervisor import worker_settings
 
-from .test_metrics import Samples, parsed
-from .test_whep import WhepPlayer, viewing
+from .prometheus_text import Samples, parsed
+from .whep_player import WhepPlayer, viewing
 
 BANNER = re.compile(r"on (http://127\.0\.0\.1:\d+) \(2 workers\)")
 MAX_CLIENTS = 16  # sessions opened until both workers own one (each lands on either: 2^-15 to miss)

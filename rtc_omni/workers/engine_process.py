@@ -34,11 +34,12 @@ from collections.abc import Callable
 
 from ..config import Settings
 from ..logs import configure_logging
+from ..serve import serve_process
 from .processes import describe_exit, die_with_parent
 
 logger = logging.getLogger(__name__)
 
-# Not `-m`: the package imports this module first, and runpy would warn that it runs a second copy.
+# Not `-m`: imported by name, the module stays one copy whatever the package imports first (runpy's warning).
 ENTRY = "import sys; from rtc_omni.workers.engine_process import main; sys.exit(main())"
 LOOPBACK = "127.0.0.1"
 STOP_GRACE_S = 60.0  # vLLM-Omni's stage processes take 15-20 s to stop on a busy CPU
@@ -194,7 +195,6 @@ def main() -> int:
     configure_logging(settings.log_level, settings.log_format)
     # Its clients are the workers (their health checks every few seconds): the workers log the real ones.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    from ..cli import serve_process
 
     def listening(port: int) -> None:
         os.write(ready, f"{port}\n".encode())

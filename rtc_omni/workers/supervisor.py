@@ -26,7 +26,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ from ..config import Settings
 from .engine_process import EngineProcess, remote_settings
 from .identity import Worker
 from .processes import describe_exit, die_with_parent
+from .shared_port import bind_shared_port
 from .slots import SessionSlots
 
 logger = logging.getLogger(__name__)
@@ -50,23 +50,6 @@ POLL_S = 0.5
 # After the engine failed, before the workers stop: time for the turns in flight to fail with the
 # engine's reason, which their clients would not hear from a worker that is shutting down.
 ENGINE_FAILURE_GRACE_S = 5.0
-
-
-def bind_shared_port(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to host:port that other processes of this user may bind too (SO_REUSEPORT):
-    the kernel spreads new connections over those that listen."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
-        0
-    ]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(address)
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 def worker_settings(settings: Settings, index: int, count: int, port: int) -> Settings:

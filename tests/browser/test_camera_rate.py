@@ -13,7 +13,6 @@ import pytest
 
 from ..tools import under_ci
 from .conftest import BROWSER_LOOP, PageFactory
-from .test_page import connect_talk
 
 try:
     from playwright.async_api import Page, expect
@@ -21,6 +20,8 @@ except ImportError:
     if under_ci():
         raise
     pytest.skip("the playwright package is not installed (pip install -e '.[test]')", allow_module_level=True)
+
+from .talk_view import connect_talk  # after the guard: it needs playwright
 
 pytestmark = BROWSER_LOOP
 
