@@ -1,14 +1,29 @@
-"""What the remote engine reads from an upstream: each vLLM-Omni event typed once by protocol/."""
+"""What the remote engine reads from an upstream: each vLLM-Omni event typed once by protocol/, and
+what a turn or a generation makes of noise, unknown events and events it cannot read."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 from pydantic import BaseModel
 
+from rtc_omni.engines import (
+    EngineError,
+    GenerateRequest,
+    RemoteUnderstandEngine,
+    TextDelta,
+    TurnFrame,
+    UnderstandTurn,
+    UpstreamPool,
+)
+from rtc_omni.engines.remote import RemoteGenerateEngine
 from rtc_omni.protocol import generate, understand
 from rtc_omni.protocol.codec import MalformedEvent, UnknownEvent
 
@@ -119,3 +134,131 @@ def test_each_event_the_engine_reads_parses_to_its_model(
 )
 def test_what_does_not_fit_is_told_apart_and_never_raises(raw: str, parsed: BaseModel) -> None:
     assert understand.decode_server_event(raw) == parsed
+
+
+@asynccontextmanager
+async def scripted_upstream(path: str, reply: Callable[[dict[str, Any]], list[Any]]) -> AsyncIterator[str]:
+    """A WebSocket server at `path` that answers each client message with `reply`'s messages (JSON
+    values, or text sent as it is); yields its ws:// address."""
+
+    async def handler(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for message in ws:
+            for out in reply(json.loads(message.data)):
+                await (ws.send_str(out) if isinstance(out, str) else ws.send_json(out))
+        return ws
+
+    app = web.Application()
+    app.router.add_get(path, handler)
+    server = TestServer(app, host="127.0.0.1", port=0)
+    await server.start_server()
+    try:
+        yield str(server.make_url("")).rstrip("/").replace("http://", "ws://")
+    finally:
+        await server.close()
+
+
+async def _answer(turn_events: list[Any]) -> str:
+    """The text a text-only remote turn gives when its upstream answers the query with `turn_events`."""
+
+    def reply(message: dict[str, Any]) -> list[Any]:
+        return turn_events if message["type"] == "video.query" else []
+
+    async with scripted_upstream(understand.WEBSOCKET_PATH, reply) as url:
+        engine = RemoteUnderstandEngine(UpstreamPool([url], understand.WEBSOCKET_PATH, 10.0, 2.0, health_interval_s=0))
+        frame = TurnFrame(frame_id=None, pts_ms=None, jpeg=b"\xff\xd8 a frame")
+        turn = UnderstandTurn(request_id="t", frames=[frame], audio_pcm16=b"", query="?", modalities=("text",))
+        try:
+            outputs = [output async for output in engine.generate(turn)]
+        finally:
+            await engine.close()
+    return "".join(o.text for o in outputs if isinstance(o, TextDelta))
+
+
+async def test_a_turn_skips_noise_and_events_it_does_not_know() -> None:
+    answer = await _answer(
+        [
+            "not json",
+            [1, 2],
+            {"type": "response.start"},
+            {"type": "video.frame.ack", "frame_id": 5},  # an ack is never looked into
+            {"type": "response.text.delta", "delta": "It is "},
+            {"type": "session.context_lost", "request_id": "t", "message": "gone"},
+            {"type": "response.text.delta", "delta": "red."},
+            {"type": "response.text.done", "text": "It is red."},
+        ]
+    )
+    assert answer == "It is red."
+
+
+@pytest.mark.parametrize(
+    ("event", "reason"),
+    [
+        ({"type": "response.text.delta"}, "upstream sent a malformed response.text.delta event: delta is required."),
+        ({"type": "error", "message": 5}, "upstream sent a malformed error event: message should be a valid string"),
+        ({"type": "error", "message": "Query processing failed"}, "upstream: Query processing failed"),
+    ],
+)
+async def test_a_turn_fails_on_an_upstream_error_or_an_event_it_cannot_read(event: dict[str, Any], reason: str) -> None:
+    with pytest.raises(EngineError, match=reason.replace(".", r"\.")):
+        await _answer([{"type": "response.start"}, {"type": "response.text.delta", "delta": "It is "}, event])
+
+
+def _generation(events_after_start: list[Any]) -> Callable[[dict[str, Any]], list[Any]]:
+    """A vLLM-Omni generation upstream: video.start, then `events_after_start`; an interaction is queued
+    as vLLM-Omni queues it, without apply_from_chunk."""
+
+    def reply(message: dict[str, Any]) -> list[Any]:
+        if message["type"] == "session.start":
+            start = {"type": "video.start", "request_id": "video_stream-1", "format": "m4s", "config": {}}
+            return [start, *events_after_start]
+        if message["type"] == "session.interaction":
+            event_id = message["interaction"]["event_id"]
+            queued = {"type": "session.interaction.queued", "request_id": "video_stream-1", "event_id": event_id}
+            done = {"type": "session.done", "request_id": "video_stream-1", "chunks": 0, "stopped": False}
+            return [queued, done]
+        return []
+
+    return reply
+
+
+async def _generate(reply: Callable[[dict[str, Any]], list[Any]], interact: bool = False) -> int | None:
+    """Run one remote generation against `reply`; the chunk an interaction applies from, if one was sent."""
+    async with scripted_upstream(generate.WEBSOCKET_PATH, reply) as url:
+        engine = RemoteGenerateEngine(UpstreamPool([url], generate.WEBSOCKET_PATH, 10.0, 2.0, health_interval_s=0))
+        request = GenerateRequest(request_id="g", prompt="red", width=64, height=48, num_frames=8, fps=8)
+        try:
+            run = asyncio.ensure_future(asyncio.wait_for(_drain(engine.generate(request)), 10))
+            applies = await engine.interact("g", "ui-42", "blue") if interact else None
+            await run
+        finally:
+            await engine.close()
+    return applies
+
+
+async def _drain(chunks: AsyncIterator[object]) -> None:
+    async for _chunk in chunks:
+        pass
+
+
+async def test_a_generation_takes_vllm_omnis_own_event_shapes() -> None:
+    trailer = {"type": "video.chunk_metadata", "request_id": "video_stream-1", "kind": "trailer",
+               "generation_chunk_index": None, "num_frames": 0}  # fmt: skip
+    applies = await _generate(_generation([{"type": "session.pong"}, {"type": "video.unknown"}, trailer]), True)
+    assert applies == 1  # no apply_from_chunk: the chunk after the current one (0)
+
+
+@pytest.mark.parametrize(
+    ("event", "reason"),
+    [
+        ("not json", "the upstream sent a message that is not JSON"),
+        ("[]", "the upstream sent a message that is not a JSON object"),
+        ({"type": "video.chunk_metadata", "request_id": "r", "generation_chunk_index": "six", "num_frames": 9},
+         "the upstream sent a malformed video.chunk_metadata event: generation_chunk_index should be a valid integer"),
+        ({"type": "error", "message": "Stall timeout: no generation progress"}, "upstream: Stall timeout"),
+    ],
+)  # fmt: skip
+async def test_a_generation_fails_on_an_upstream_error_or_a_message_it_cannot_read(event: Any, reason: str) -> None:
+    with pytest.raises(EngineError, match=reason):
+        await _generate(_generation([event]))
