@@ -6,12 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 from pydantic import BaseModel
 
 from rtc_omni.engines import (
@@ -26,6 +23,8 @@ from rtc_omni.engines import (
 from rtc_omni.engines.remote import RemoteGenerateEngine
 from rtc_omni.protocol import generate, understand
 from rtc_omni.protocol.codec import MalformedEvent, UnknownEvent
+
+from .upstreams import scripted_upstream
 
 # Each event as vLLM-Omni sends it (no request_id on `response.*`), and what the engine reads in it.
 UNDERSTAND_EVENTS: list[tuple[dict[str, Any], type[BaseModel], dict[str, Any]]] = [
@@ -134,29 +133,6 @@ def test_each_event_the_engine_reads_parses_to_its_model(
 )
 def test_what_does_not_fit_is_told_apart_and_never_raises(raw: str, parsed: BaseModel) -> None:
     assert understand.decode_server_event(raw) == parsed
-
-
-@asynccontextmanager
-async def scripted_upstream(path: str, reply: Callable[[dict[str, Any]], list[Any]]) -> AsyncIterator[str]:
-    """A WebSocket server at `path` that answers each client message with `reply`'s messages (JSON
-    values, or text sent as it is); yields its ws:// address."""
-
-    async def handler(request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse()
-        await ws.prepare(request)
-        async for message in ws:
-            for out in reply(json.loads(message.data)):
-                await (ws.send_str(out) if isinstance(out, str) else ws.send_json(out))
-        return ws
-
-    app = web.Application()
-    app.router.add_get(path, handler)
-    server = TestServer(app, host="127.0.0.1", port=0)
-    await server.start_server()
-    try:
-        yield str(server.make_url("")).rstrip("/").replace("http://", "ws://")
-    finally:
-        await server.close()
 
 
 async def _answer(turn_events: list[Any]) -> str:
