@@ -7,6 +7,7 @@ import asyncio
 import base64
 import io
 import json
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,6 @@ import av
 import numpy as np
 import pytest
 import simplejpeg
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 from aiortc.mediastreams import MediaStreamError
 from PIL import Image
 from yarl import URL
@@ -33,6 +32,7 @@ from rtc_omni.protocol import understand as understand_proto
 from rtc_omni.sessions.recordings import RecordingsFull, RecordingStore
 
 from .conftest import FAST_SETTINGS, ClientFactory, RunningServer, ServerFactory, WsFactory
+from .upstreams import scripted_upstream
 from .wsclient import jpeg_b64
 
 UNDERSTAND_WS = "/v1/video/chat/stream"
@@ -225,44 +225,34 @@ async def test_a_websocket_generation_reports_where_its_recording_is_fetched(
         assert len(list(container.decode(video=0))) == done["frames"] == 12
 
 
-async def hostile_upstream(path: str, reply: str) -> tuple[TestServer, str]:
-    """An upstream that answers any request on `path` (a query or a generation's start) with one
-    text message, `reply`, after the turn's `response.start`."""
+def _after_the_request(reply: str) -> Callable[[dict[str, Any]], list[Any]]:
+    """A hostile upstream's answer to a query (after the turn's `response.start`) or a generation's
+    start: one text message, `reply`."""
 
-    async def answer(request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse()
-        await ws.prepare(request)
-        async for message in ws:
-            if '"video.query"' in message.data:
-                await ws.send_json({"type": "response.start", "request_id": "r"})
-            if '"video.query"' in message.data or '"session.start"' in message.data:
-                await ws.send_str(reply)
-        return ws
+    def answer(message: dict[str, Any]) -> list[Any]:
+        if message["type"] == "video.query":
+            return [{"type": "response.start", "request_id": "r"}, reply]
+        return [reply] if message["type"] == "session.start" else []
 
-    app = web.Application()
-    app.router.add_get(path, answer)
-    server = TestServer(app, host="127.0.0.1", port=0)
-    await server.start_server()
-    return server, str(server.make_url("")).rstrip("/").replace("http://", "ws://")
+    return answer
 
 
 async def engine_error_from(path: str, reply: str, request: UnderstandTurn | GenerateRequest, match: str) -> None:
     """Run `request` through a gateway whose one upstream answers `reply`: it must fail with `match`."""
-    upstream, url = await hostile_upstream(path, reply)
-    settings = Settings(**{**FAST_SETTINGS, "engine": "remote", "upstream": [url], "upstream_health_interval": 0})
-    engines = await create_engines(settings)
-    assert engines.understand is not None and engines.generate is not None
-    try:
-        with pytest.raises(EngineError, match=match):
-            if isinstance(request, UnderstandTurn):
-                async for _output in engines.understand.generate(request):
-                    pass
-            else:
-                async for _chunk in engines.generate.generate(request):
-                    pass
-    finally:
-        await engines.close()
-        await upstream.close()
+    async with scripted_upstream(path, _after_the_request(reply)) as url:
+        settings = Settings(**{**FAST_SETTINGS, "engine": "remote", "upstream": [url], "upstream_health_interval": 0})
+        engines = await create_engines(settings)
+        assert engines.understand is not None and engines.generate is not None
+        try:
+            with pytest.raises(EngineError, match=match):
+                if isinstance(request, UnderstandTurn):
+                    async for _output in engines.understand.generate(request):
+                        pass
+                else:
+                    async for _chunk in engines.generate.generate(request):
+                        pass
+        finally:
+            await engines.close()
 
 
 async def test_a_hostile_upstreams_oversized_messages_fail_the_request_not_the_gateway() -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
-import json
 import logging
 import wave
 from collections.abc import AsyncIterator
@@ -31,6 +30,8 @@ from aiohttp import WSCloseCode
 from ..media.fmp4 import FragmentedMp4Decoder
 from ..pcm import TALKER_SAMPLE_RATE, pcm16_to_float
 from ..protocol import generate as generate_proto
+from ..protocol import understand as understand_proto
+from ..protocol.codec import DecodedEvent, MalformedEvent
 from .base import (
     AudioChunk,
     ChunkEvents,
@@ -44,7 +45,7 @@ from .base import (
     VideoChunk,
 )
 from .upstream import Upstream, UpstreamPool
-from .upstream_session import AUDIO_DELTA_TYPES, CLOSED_MID_REQUEST, UpstreamSession, UpstreamTurn, too_big_message
+from .upstream_session import CLOSED_MID_REQUEST, UpstreamSession, UpstreamTurn, too_big_message, unreadable
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +59,8 @@ INTERACTION_ERROR_CODES = ("event_id_conflict", "interaction_failed", "invalid_i
 
 async def _receive(
     pool: UpstreamPool, upstream: Upstream, ws: aiohttp.ClientWebSocketResponse, max_event_bytes: int
-) -> dict[str, Any] | bytes:
-    """The next event (parsed) or binary message; EngineError, and the upstream marked down, if it went
+) -> DecodedEvent | bytes:
+    """The next event (typed) or binary message; EngineError, and the upstream marked down, if it went
     away or sent a message over its size cap."""
     message = await ws.receive()
     if message.type == aiohttp.WSMsgType.TEXT:
@@ -67,13 +68,8 @@ async def _receive(
             pool.mark_down(upstream)
             logger.warning("upstream %s sent a %d-byte event", upstream.url, len(message.data))
             raise EngineError(f"the upstream sent a {len(message.data)}-byte event (at most {max_event_bytes})")
-        try:
-            event = json.loads(message.data)
-        except (ValueError, RecursionError) as exc:
-            raise EngineError("the upstream sent a message that is not JSON") from exc
-        if not isinstance(event, dict):
-            raise EngineError("the upstream sent a non-object message")
-        if event.get("type") == "error" and event.get("message") == generate_proto.NOT_AVAILABLE:
+        event = generate_proto.decode_server_event(message.data)
+        if isinstance(event, generate_proto.GenerateError) and event.message == generate_proto.NOT_AVAILABLE:
             pool.mark_not_serving(upstream)  # one model per vLLM-Omni server: it serves the other endpoint
         return event
     if message.type == aiohttp.WSMsgType.BINARY:
@@ -134,21 +130,20 @@ class RemoteUnderstandEngine:
             # aclosing: an interrupt that closes this stream must end the upstream turn too, at once.
             async with aclosing(session.turn(UpstreamTurn(turn.query, turn.audio_pcm16, frames))) as events:
                 async for event in events:
-                    if isinstance(event, ContextLost):
-                        yield event
-                        continue
-                    kind = event.get("type")
-                    if kind == "response.text.delta":
-                        text += event["delta"]
-                        if len(text) > MAX_ANSWER_CHARS:
-                            raise EngineError(f"the upstream answered over {MAX_ANSWER_CHARS} characters")
-                        yield TextDelta(event["delta"])
-                    elif kind == "response.text.done" and event["text"].startswith(text) and event["text"] != text:
-                        # Without async chunking upstream sends no deltas, only the full text here.
-                        yield TextDelta(event["text"][len(text) :])
-                        text = event["text"]
-                    elif kind in AUDIO_DELTA_TYPES:
-                        yield AudioChunk(await asyncio.to_thread(_wav_samples, event["data"]))
+                    match event:
+                        case ContextLost():
+                            yield event
+                        case understand_proto.TextDeltaEvent(delta=delta):
+                            text += delta
+                            if len(text) > MAX_ANSWER_CHARS:
+                                raise EngineError(f"the upstream answered over {MAX_ANSWER_CHARS} characters")
+                            yield TextDelta(delta)
+                        case understand_proto.TextDone(text=whole) if whole.startswith(text) and whole != text:
+                            # Without async chunking upstream sends no deltas, only the full text here.
+                            yield TextDelta(whole[len(text) :])
+                            text = whole
+                        case understand_proto.AudioDeltaEvent(data=data):
+                            yield AudioChunk(await asyncio.to_thread(_wav_samples, data))
         finally:
             if own:
                 await session.close()
@@ -200,29 +195,35 @@ class RemoteGenerateEngine:
         self.pool = pool
         self._running: dict[str, _RemoteGeneration] = {}
 
-    def _on_event(self, generation: _RemoteGeneration, upstream: Upstream, event: dict[str, Any]) -> bool:
-        """Handle one upstream event; True at the end of the generation."""
-        kind = event.get("type")
-        if kind == "video.start":
-            generation.started.set()
-        elif kind == "video.chunk_metadata" and event.get("kind", "media") == "media":
-            # A model served without streaming output sends one chunk, and no index (null).
-            index = event.get("generation_chunk_index")
-            generation.chunk_index = int(index) if index is not None else generation.media_chunks
-            generation.media_chunks += 1
-            generation.events = ChunkEvents.from_report(event)
-        elif kind == "session.interaction.queued":
-            future = generation.interactions.pop(event.get("event_id", ""), None)
-            if future is not None and not future.done():
-                future.set_result(int(event.get("apply_from_chunk", generation.chunk_index + 1)))
-        elif kind == "error" and event.get("code") in INTERACTION_ERROR_CODES:
-            future = generation.interactions.pop(event.get("event_id", ""), None)
-            if future is not None and not future.done():
-                future.set_exception(EngineError(event.get("message", "interaction failed")))
-        elif kind == "error":
-            logger.info("upstream %s: generation failed: %s", upstream.url, event.get("message"))
-            raise EngineError(f"upstream: {event.get('message')}")
-        return kind == "session.done"
+    def _on_event(self, generation: _RemoteGeneration, upstream: Upstream, event: DecodedEvent) -> bool:
+        """Handle one upstream event; True at the end of the generation. Events of other types are
+        skipped; one that cannot be read ends the generation."""
+        match event:
+            case generate_proto.VideoStart():
+                generation.started.set()
+            case generate_proto.VideoChunkMetadata(kind="media", generation_chunk_index=index):
+                # A model served without streaming output sends one chunk, and no index (null).
+                generation.chunk_index = index if index is not None else generation.media_chunks
+                generation.media_chunks += 1
+                generation.events = ChunkEvents(
+                    started=event.started_event_ids, active=event.active_event_ids, completed=event.completed_event_ids
+                )
+            case generate_proto.InteractionQueued(event_id=event_id, apply_from_chunk=start):
+                future = generation.interactions.pop(event_id, None)
+                if future is not None and not future.done():
+                    future.set_result(start if start is not None else generation.chunk_index + 1)
+            case generate_proto.GenerateError(code=code, event_id=event_id) if code in INTERACTION_ERROR_CODES:
+                future = generation.interactions.pop(event_id or "", None)
+                if future is not None and not future.done():
+                    future.set_exception(EngineError(event.message))
+            case generate_proto.GenerateError(message=message):
+                logger.info("upstream %s: generation failed: %s", upstream.url, message)
+                raise EngineError(f"upstream: {message}")
+            case MalformedEvent():
+                reason = unreadable(event)
+                logger.info("upstream %s: generation failed: %s", upstream.url, reason)
+                raise EngineError(reason)
+        return isinstance(event, generate_proto.GenerationDone)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[VideoChunk]:
         generation = self._running.setdefault(request.request_id, _RemoteGeneration())
@@ -233,7 +234,7 @@ class RemoteGenerateEngine:
                 await ws.send_json(_start_message(request))
                 while True:
                     message = await _receive(self.pool, upstream, ws, EVENT_BYTES)
-                    if isinstance(message, dict):
+                    if not isinstance(message, bytes):
                         if self._on_event(generation, upstream, message):
                             return
                         continue

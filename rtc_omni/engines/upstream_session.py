@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -28,6 +27,7 @@ from typing import Any
 import aiohttp
 
 from ..protocol import understand as understand_proto
+from ..protocol.codec import DecodedEvent, MalformedEvent, ServerEvent, UnknownEvent
 from .base import ContextLost, EngineError, LiveSettings
 from .upstream import Upstream, UpstreamPool
 
@@ -40,8 +40,6 @@ KEEPALIVE_S = 20.0  # the upstream ends a session after 60 s without a client me
 TURN_EVENT_QUEUE = 256  # upstream events waiting for the turn; a full queue holds the socket back
 TEXT_DONE_GRACE_S = 2.0  # audio follows text.done within milliseconds when the upstream speaks at all
 MAX_PENDING_AUDIO_BYTES = understand_proto.MAX_AUDIO_BUFFER_BYTES  # the upstream would drop more anyway
-AUDIO_DELTA_TYPES = ("response.audio.delta", "response.output_audio.delta")  # the latter: vLLM-Omni >= 0.30
-AUDIO_DONE_TYPES = ("response.audio.done", "response.output_audio.done")
 # Upstream errors about one frame or chunk: logged, the turn goes on. Every other error ends the turn.
 MEDIA_ERRORS = (
     understand_proto.INVALID_IMAGE_DATA,
@@ -53,7 +51,9 @@ LOST_BY_FAILURE = "The model server failed; a new one answers, without the earli
 LOST_BY_INTERRUPT = "The interrupt restarted the model's session; it no longer knows the earlier turns"
 CLOSED_MID_REQUEST = "the upstream closed the connection mid-request"
 MAX_DETAIL_CHARS = 1000  # of an upstream's error, passed on to the client
-_CLOSED: dict[str, Any] = {"type": "_closed"}  # the reader's last word to a waiting turn
+# Events the turn never looks into, whatever they hold (none come: our frames carry no frame_id).
+IGNORED_EVENTS = (understand_proto.Pong.type, understand_proto.FrameAck.type, understand_proto.FramesConsumed.type)
+_CLOSED = None  # the reader's last word to a waiting turn
 
 
 def too_big_message(max_bytes: int) -> str:
@@ -61,12 +61,21 @@ def too_big_message(max_bytes: int) -> str:
     return f"the upstream sent a message over {max_bytes} bytes"
 
 
-def upstream_error(event: dict[str, Any]) -> str:
+def upstream_error(event: understand_proto.ErrorEvent) -> str:
     """What an upstream's `error` event says: its message, and its detail when it gives one (rtc-omni's
     does: why a turn failed, e.g. that the model's engine is down), cut to MAX_DETAIL_CHARS."""
-    detail = event.get("detail")
-    said = f"{event.get('message')}: {detail}" if isinstance(detail, str) and detail else f"{event.get('message')}"
+    said = f"{event.message}: {event.detail}" if event.detail else event.message
     return f"upstream: {said[:MAX_DETAIL_CHARS]}"
+
+
+def unreadable(event: MalformedEvent) -> str:
+    """Why a request failed on an upstream message it could not read, cut to MAX_DETAIL_CHARS."""
+    what = (
+        f"a message that is {event.problem}"
+        if event.type is None
+        else f"a malformed {event.type} event: {event.problem}"
+    )
+    return f"the upstream sent {what}"[:MAX_DETAIL_CHARS]
 
 
 def _b64(data: bytes) -> str:
@@ -108,7 +117,7 @@ class UpstreamSession:
         self._connect_lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._writer_paused = False  # after a failed connect, until the next turn reconnects
-        self._turn_events: asyncio.Queue[dict[str, Any]] | None = None
+        self._turn_events: asyncio.Queue[DecodedEvent | None] | None = None
         self._context_lost: str | None = None  # why, when the next turn must say so
         self._writer = asyncio.get_running_loop().create_task(self._write())
 
@@ -190,12 +199,7 @@ class UpstreamSession:
         while True:
             message = await ws.receive()
             if message.type == aiohttp.WSMsgType.TEXT:
-                try:
-                    event = json.loads(message.data)
-                except ValueError:
-                    continue
-                if isinstance(event, dict):
-                    await self._route(connection, event)
+                await self._route(connection, understand_proto.decode_server_event(message.data))
             elif message.type != aiohttp.WSMsgType.BINARY:
                 if getattr(message.data, "code", None) == aiohttp.WSCloseCode.MESSAGE_TOO_BIG:
                     connection.failure = too_big_message(self.pool.max_message_bytes)
@@ -208,19 +212,18 @@ class UpstreamSession:
         if self._turn_events is not None and self._connection is connection:
             await self._turn_events.put(_CLOSED)
 
-    async def _route(self, connection: _Connection, event: dict[str, Any]) -> None:
-        kind = event.get("type")
-        message = event.get("message")
-        if kind == "error" and message == understand_proto.NOT_AVAILABLE:
+    async def _route(self, connection: _Connection, event: DecodedEvent) -> None:
+        error = event if isinstance(event, understand_proto.ErrorEvent) else None
+        if error is not None and error.message == understand_proto.NOT_AVAILABLE:
             self.pool.mark_not_serving(connection.upstream)  # one model per vLLM-Omni server
-        if kind == "error" and message in MEDIA_ERRORS:
-            logger.info("session %s: upstream %s: %s", self.session_id, connection.upstream.url, message)
-        elif kind in ("pong", "video.frame.ack", "video.frames.consumed"):
-            pass
+        if error is not None and error.message in MEDIA_ERRORS:
+            logger.info("session %s: upstream %s: %s", self.session_id, connection.upstream.url, error.message)
+        elif (isinstance(event, MalformedEvent) and event.type is None) or event.type in IGNORED_EVENTS:
+            pass  # what is no JSON object at all, and the acks
         elif self._turn_events is not None:
             await self._turn_events.put(event)
         else:
-            logger.debug("session %s: upstream event outside a turn: %s", self.session_id, kind)
+            logger.debug("session %s: upstream event outside a turn: %s", self.session_id, event.type)
 
     async def _write(self) -> None:
         """Send what the session sampled, then a waiting query, in that order; keep the session alive."""
@@ -263,7 +266,7 @@ class UpstreamSession:
 
     # ----------------------------------------------------------------- turns
 
-    async def turn(self, turn: UpstreamTurn) -> AsyncGenerator[dict[str, Any] | ContextLost, None]:
+    async def turn(self, turn: UpstreamTurn) -> AsyncGenerator[ServerEvent | UnknownEvent | ContextLost, None]:
         """Ask one question; yields the upstream's events of that turn (and `ContextLost` first
         when the upstream session was replaced since the last answer)."""
         self._writer_paused = False
@@ -277,7 +280,7 @@ class UpstreamSession:
         query: dict[str, Any] = {"type": "video.query", "text": turn.query}
         if turn.audio_pcm16 and not self._audio_in_step:
             query["audio_data"] = _b64(turn.audio_pcm16)
-        events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(TURN_EVENT_QUEUE)
+        events: asyncio.Queue[DecodedEvent | None] = asyncio.Queue(TURN_EVENT_QUEUE)
         if connection.reader is not None and connection.reader.done():  # it went away before this turn
             events.put_nowait(_CLOSED)
         self._turn_events = events
@@ -297,9 +300,11 @@ class UpstreamSession:
             if not finished:
                 await self._drop(interrupted=True)
 
-    async def _turn_events_until_done(self, events: asyncio.Queue[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    async def _turn_events_until_done(
+        self, events: asyncio.Queue[DecodedEvent | None]
+    ) -> AsyncIterator[ServerEvent | UnknownEvent]:
         """The turn's events up to its end, which vLLM-Omni marks with audio.done, or text.done when
-        no audio is coming."""
+        no audio is coming. An error, or an event it cannot read, ends the turn with an EngineError."""
         speaks = "audio" in self.settings.modalities
         started = text_done = audio_seen = False
         while True:
@@ -309,24 +314,25 @@ class UpstreamSession:
                     event = await events.get()
             except TimeoutError:
                 return
-            kind = event.get("type")
             if event is _CLOSED:
                 connection = self._connection
                 raise EngineError(connection.failure if connection is not None else CLOSED_MID_REQUEST)
-            if kind == "error":
+            if isinstance(event, understand_proto.ErrorEvent):
                 raise EngineError(upstream_error(event))
-            if kind == "response.start":
+            if isinstance(event, MalformedEvent):
+                raise EngineError(unreadable(event))
+            if isinstance(event, understand_proto.ResponseStart):
                 started = True
             if not started:
                 continue  # the tail of an earlier turn that ended without audio.done
             yield event
-            if kind == "response.text.done":
+            if isinstance(event, understand_proto.TextDone):
                 text_done = True
                 if not speaks:
                     return
-            elif kind in AUDIO_DELTA_TYPES:
+            elif isinstance(event, understand_proto.AudioDeltaEvent):
                 audio_seen = True
-            elif kind in AUDIO_DONE_TYPES:
+            elif isinstance(event, understand_proto.AudioDone):
                 return
 
     async def close(self) -> None:

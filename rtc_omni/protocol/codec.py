@@ -2,7 +2,9 @@
 
 A protocol module (understand.py, generate.py) parses each client message once, here at the
 boundary, into a pydantic model of its own discriminated union, or refuses it with the exact error
-string its reference sends. Sessions take only the typed messages, and emit `ServerEvent`s.
+string its reference sends. Sessions take only the typed messages, and emit `ServerEvent`s. The
+remote engine reads another server's events the other way round: `decode_event` types them into the
+same `ServerEvent` models.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import functools
 import json
 import logging
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, TypeVar, get_args
 
@@ -124,3 +126,41 @@ class ServerEvent(BaseModel):
     def error_message(self) -> str | None:
         """The message of an `error` event (sessions count them), None for every other event."""
         return None
+
+
+class UnknownEvent(BaseModel):
+    """A server event of a type the protocol does not define (a newer or extended server's); its
+    reader skips it, as clients skip what they do not know."""
+
+    type: Any = None
+
+
+class MalformedEvent(BaseModel):
+    """A server message that cannot be read: not a JSON object (`type` None), or an event of a known
+    type whose fields do not fit its model."""
+
+    type: str | None = None
+    problem: str  # e.g. "not JSON", or which fields are wrong
+
+
+# What one message from another server reads as, whatever it holds.
+DecodedEvent = ServerEvent | UnknownEvent | MalformedEvent
+
+
+def decode_event(raw: str, events: Mapping[str, type[ServerEvent]]) -> DecodedEvent:
+    """One message from another server, typed by the model `events` gives its `type`. It never
+    raises: what a peer server sends decides only which of the three comes back."""
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, RecursionError):
+        return MalformedEvent(problem="not JSON")
+    if not isinstance(value, dict):
+        return MalformedEvent(problem="not a JSON object")
+    event_type = value.get("type")
+    model = events.get(event_type) if isinstance(event_type, str) else None
+    if model is None:
+        return UnknownEvent(type=event_type)
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        return MalformedEvent(type=event_type, problem=describe_validation_error(exc))

@@ -9,16 +9,18 @@ request, or the error it earns); the server events add what a live RTP track nee
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from .codec import (
     BINARY_NOT_SUPPORTED,
+    DecodedEvent,
     Refusal,
     ServerEvent,
     TypedMessage,
     UnknownMessage,
+    decode_event,
     decode_message,
     message_parser,
     parsed_or_invalid,
@@ -275,17 +277,24 @@ class VideoStart(ServerEvent):
         return {"type": self.type, **self.model_dump(mode="json")}
 
 
+# An interaction report's event ids; vLLM-Omni's may be missing or null, which means none.
+EventIds = Annotated[list[str], BeforeValidator(lambda ids: ids or [])]
+
+
 class VideoChunkMetadata(ServerEvent):
+    """Ours always carry every field; vLLM-Omni's have no frame indices, and no chunk index (null)
+    from a model served without streaming output."""
+
     type: ClassVar[str] = "video.chunk_metadata"
     request_id: str
     kind: str = "media"
     num_frames: int
-    generation_chunk_index: int
-    first_frame_index: int
-    last_frame_index: int
-    started_event_ids: list[str]
-    active_event_ids: list[str]
-    completed_event_ids: list[str]
+    generation_chunk_index: int | None = None
+    first_frame_index: int | None = None
+    last_frame_index: int | None = None
+    started_event_ids: EventIds = Field(default_factory=list)
+    active_event_ids: EventIds = Field(default_factory=list)
+    completed_event_ids: EventIds = Field(default_factory=list)
 
     def to_wire(self) -> dict[str, Any]:
         return {"type": self.type, **self.model_dump(mode="json")}
@@ -295,7 +304,7 @@ class GenerationDone(ServerEvent):
     type: ClassVar[str] = "session.done"
     request_id: str
     chunks: int
-    frames: int
+    frames: int | None = None  # ours count them; vLLM-Omni's do not
     stopped: bool
     recording: str | None = None  # our extension: where the `record: true` MP4 is fetched (RECORDING_PATH)
 
@@ -308,7 +317,7 @@ class InteractionQueued(ServerEvent):
     type: ClassVar[str] = "session.interaction.queued"
     request_id: str
     event_id: str
-    apply_from_chunk: int
+    apply_from_chunk: int | None = None  # ours say when it applies; vLLM-Omni's do not
 
 
 class GenerateError(ServerEvent):
@@ -321,3 +330,15 @@ class GenerateError(ServerEvent):
     @property
     def error_message(self) -> str | None:
         return self.message
+
+
+# The events vLLM-Omni's handler sends, by `type` (binary fMP4 chunks aside).
+SERVER_EVENTS: dict[str, type[ServerEvent]] = {
+    event.type: event
+    for event in (VideoStart, VideoChunkMetadata, GenerationDone, SessionPong, InteractionQueued, GenerateError)
+}
+
+
+def decode_server_event(raw: str) -> DecodedEvent:
+    """One event from an upstream `/v1/realtime/video` server, typed once as it arrives."""
+    return decode_event(raw, SERVER_EVENTS)

@@ -18,10 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .codec import (
     BINARY_NOT_SUPPORTED,
+    DecodedEvent,
     Refusal,
     ServerEvent,
     TypedMessage,
     UnknownMessage,
+    decode_event,
     decode_message,
     message_parser,
     parsed_or_invalid,
@@ -289,26 +291,29 @@ class FramesConsumed(ServerEvent):
     latest_pts_ms: Any
 
 
+# vLLM-Omni's `response.*` events carry no request_id (its quirk); ours always do.
+
+
 class ResponseStart(ServerEvent):
     type: ClassVar[str] = "response.start"
-    request_id: str
+    request_id: str | None = None
 
 
 class TextDeltaEvent(ServerEvent):
     type: ClassVar[str] = "response.text.delta"
-    request_id: str
+    request_id: str | None = None
     delta: str
 
 
 class TextDone(ServerEvent):
     type: ClassVar[str] = "response.text.done"
-    request_id: str
+    request_id: str | None = None
     text: str
 
 
 class AudioDeltaEvent(ServerEvent):
     type: ClassVar[str] = "response.audio.delta"
-    request_id: str
+    request_id: str | None = None
     data: str
     format: Literal["wav"] = "wav"
 
@@ -318,7 +323,7 @@ class AudioDeltaEvent(ServerEvent):
 
 class AudioDone(ServerEvent):
     type: ClassVar[str] = "response.audio.done"
-    request_id: str
+    request_id: str | None = None
 
 
 class ResponseCancelled(ServerEvent):
@@ -361,3 +366,30 @@ class ErrorEvent(ServerEvent):
     @property
     def error_message(self) -> str | None:
         return self.message
+
+
+# The events vLLM-Omni's handler sends, by `type`; from 0.30 it names its audio events `output_audio`.
+SERVER_EVENTS: dict[str, type[ServerEvent]] = {
+    **{
+        event.type: event
+        for event in (
+            FrameAck,
+            FramesConsumed,
+            ResponseStart,
+            TextDeltaEvent,
+            TextDone,
+            AudioDeltaEvent,
+            AudioDone,
+            SessionDone,
+            Pong,
+            ErrorEvent,
+        )
+    },
+    "response.output_audio.delta": AudioDeltaEvent,
+    "response.output_audio.done": AudioDone,
+}
+
+
+def decode_server_event(raw: str) -> DecodedEvent:
+    """One event from an upstream `/v1/video/chat/stream` server, typed once as it arrives."""
+    return decode_event(raw, SERVER_EVENTS)
