@@ -95,6 +95,19 @@ def test_the_report_puts_both_modes_side_by_side_and_beside_pipecat() -> None:
     )
 
 
+async def test_pipecat_is_compared_with_every_mode_of_the_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def pipecat(python: str, sessions: int, seconds: float) -> dict[str, Any]:
+        return {"sessions": sessions, "server_cpu_s_per_s_per_session": 0.1}
+
+    monkeypatch.setattr(run.peer, "unavailable", lambda python: None)
+    monkeypatch.setattr(run.peer, "measure", pipecat)
+    point = {"sessions": 1, "server_cpu_s_per_s_per_session": 0.04}
+    cap = {"understand": [point], "realtime": [{**point, "server_cpu_s_per_s_per_session": 0.05}]}
+    plan = run.Plan(modes=("understand", "realtime"), peer_sessions=(1,))
+    figures = await run._peer(plan, "python", cap, lambda step: None)
+    assert figures["points"][0]["ratio"] == {"understand": 2.5, "realtime": 2.0}
+
+
 @pytest.mark.media
 async def test_a_realtime_call_of_the_sweep_is_answered(make_server: ServerFactory) -> None:
     """One replayed peer of `/v1/realtime/calls`: it asks once in a 1 s window and its answer (one
