@@ -14,7 +14,7 @@ is never counted in the server's CPU):
 
 1. the same small piece of Python (20 RTP packets parsed, 20 small JSON events) back to back, and
    after sleeps of 2.5 and 20 ms: its thread CPU time, median;
-2. the capacity sweep's load at N sessions (`rtc_omni.bench.capacity.understand_point`: replayed
+2. the capacity sweep's load at N sessions (`rtc_omni.bench.capacity.session_point`: replayed
    cameras and mics, talker on, a turn every 5 s), a fresh `rtc-omni serve` per round, with and
    without the spinners, alternating: the server's CPU-seconds per second per session.
 
@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from aiortc.rtp import RtpPacket
 
 from rtc_omni import patches
-from rtc_omni.bench.capacity import understand_point
+from rtc_omni.bench.capacity import session_point
 from rtc_omni.bench.common import start_server, stop
 
 SPIN = """import os, time
@@ -93,7 +93,7 @@ async def session_cpu(sessions: int, seconds: float) -> float:
     """Per-session server CPU-s/s of one fresh server under the capacity load."""
     process, url = start_server(["--max-sessions", str(sessions + 1)])
     try:
-        point = await understand_point(url, process.pid, sessions, seconds)
+        point = await session_point(url, process.pid, sessions, seconds)
     finally:
         stop(process)
     return point.cpu_per_session

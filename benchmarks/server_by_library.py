@@ -1,6 +1,6 @@
 """Where the server's CPU goes, library by library, under the capacity load.
 
-The capacity sweep's load at N sessions (`rtc_omni.bench.capacity.understand_point`) against a
+The capacity sweep's load at N sessions (`rtc_omni.bench.capacity.session_point`) against a
 fresh `rtc-omni serve` that runs under `perf record` (CPU-clock samples, 499 a second). perf
 records only the measured window (its control FIFO enables it when the window opens and disables
 it when it closes), so start-up, connecting and the warm-up are left out, and prints each
@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from rtc_omni import patches
-from rtc_omni.bench.capacity import understand_point
+from rtc_omni.bench.capacity import session_point
 from rtc_omni.bench.common import free_port, stop, wait_healthy
 
 # What each library is, by the start of its file name in perf's report.
@@ -77,7 +77,7 @@ async def profile(sessions: int, seconds: float, workdir: Path) -> tuple[float, 
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url + "/healthz", process)
-        point = await understand_point(url, process.pid, sessions, seconds, measuring=measuring)
+        point = await session_point(url, process.pid, sessions, seconds, measuring=measuring)
     finally:
         stop(process)
     report = subprocess.run(

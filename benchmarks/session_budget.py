@@ -1,6 +1,6 @@
 """What each part of an understanding session costs the server: the capacity load with one part off.
 
-The capacity sweep's load (`rtc_omni.bench.capacity.understand_point`: N replayed peers, camera +
+The capacity sweep's load (`rtc_omni.bench.capacity.session_point`: N replayed peers, camera +
 mic + talker, a turn every 5 s) against a fresh `rtc-omni serve` per round, in one of these forms:
 
 - `all`: the server as it is;
@@ -34,7 +34,7 @@ import subprocess
 import sys
 
 from rtc_omni import patches
-from rtc_omni.bench.capacity import understand_point
+from rtc_omni.bench.capacity import session_point
 from rtc_omni.bench.common import free_port, stop, wait_healthy
 
 NO_DECODE = """
@@ -109,7 +109,7 @@ async def run_form(form: str, sessions: int, seconds: float) -> float:
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url + "/healthz", process)
-        point = await understand_point(url, process.pid, sessions, seconds)
+        point = await session_point(url, process.pid, sessions, seconds)
     finally:
         stop(process)
     return point.cpu_per_session

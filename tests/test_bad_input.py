@@ -116,5 +116,5 @@ async def test_config_timeout_applies_defaults_and_the_session_goes_on(
     client = await make_client(server, colour="green", tone=None)
     assert await next_error(client, 0) == "Timeout waiting for session.config"
     await client.wait_event("video.frame.ack")
-    client.modalities = ["text", "audio"]
+    client.modalities = ("text", "audio")
     await assert_turn_works(client, "green")

@@ -4,6 +4,7 @@ printed by the benchmark, not asserted here)."""
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -13,20 +14,24 @@ from aiortc.codecs.vpx import vp8_depayload
 from aiortc.rtcdtlstransport import RTCDtlsTransport
 from aiortc.rtp import RtpPacket, is_rtcp
 
-from rtc_omni.bench import replay, report, run, understand, websocket
+from rtc_omni.bench import capacity, replay, report, run, understand, websocket
 from rtc_omni.bench.cli import plan_from
 from rtc_omni.cli import build_parser
 from rtc_omni.client.media import camera_send_bitrate
 from rtc_omni.client.peer import UnderstandClient
 from rtc_omni.config import Settings, load_settings
 
+from .conftest import ServerFactory
+
 
 def test_bench_arguments_choose_the_plan() -> None:
     args = build_parser().parse_args(["bench", "--quick", "--json", "out.json", "--max-sessions", "1", "--no-peer"])
     plan = plan_from(args)
     assert args.json == Path("out.json")
-    assert plan.understand_sessions == (1,) and plan.peer_python is None
+    assert plan.session_counts == (1,) and plan.peer_python is None and plan.modes == ("understand",)
     assert plan_from(build_parser().parse_args(["bench"])) == run.FULL
+    both = plan_from(build_parser().parse_args(["bench", "--sessions-only", "--mode", "both"]))
+    assert both.modes == ("understand", "realtime") and set(both.modes) <= set(capacity.MODES)
     sweep = plan_from(build_parser().parse_args(["bench", "--sessions-only", "--server-args=--workers 2"]))
     assert sweep.sessions_only and sweep.server_args == ("--workers", "2")
 
@@ -57,7 +62,8 @@ def _sweep_point(sessions: int, ok: bool) -> dict[str, Any]:
 
 def test_the_report_says_when_the_sweep_found_no_limit() -> None:
     def largest(points: list[dict[str, Any]], max_understand: int) -> str:
-        cap = {"idle_server_cpu_s_per_s": 0.0, "understand": points, "generate": [], "max_understand": max_understand}
+        cap = {"idle_server_cpu_s_per_s": 0.0, "modes": ["understand"], "understand": points, "generate": []}
+        cap["max_understand"] = max_understand
         return dict(report.rows(run.Result({}, figures={"capacity": cap})))[
             "4 capacity: largest N understanding sessions passing"
         ]
@@ -67,6 +73,48 @@ def test_the_report_says_when_the_sweep_found_no_limit() -> None:
         largest([_sweep_point(16, True), _sweep_point(20, True)], 20)
         == "20 (every N swept passed: the limit is higher)"
     )
+
+
+def test_the_report_puts_both_modes_side_by_side_and_beside_pipecat() -> None:
+    realtime = [{**_sweep_point(n, True), "ingest_p50_ms": None, "ingest_p95_ms": None} for n in (1, 2)]
+    cap = {"idle_server_cpu_s_per_s": 0.0, "modes": ["understand", "realtime"], "generate": []}
+    cap |= {"understand": [_sweep_point(1, True), _sweep_point(2, True)], "max_understand": 2}
+    cap |= {"realtime": realtime, "max_realtime": 2}
+    pipecat = {"sessions": 1, "server_cpu_s_per_s_per_session": 0.08, "echo_heard": 1}
+    pipecat |= {"rtc_omni_server_cpu_s_per_s_per_session": {"understand": 0.04, "realtime": 0.05}}
+    pipecat |= {"ratio": {"understand": 2.0, "realtime": 1.6}}
+    peer = {"name": "pipecat", "points": [pipecat]}
+    rows = report.rows(run.Result({}, figures={"capacity": cap, "peer": peer}))
+
+    names = [name.removeprefix("4 capacity: ") for name, _ in rows if "replayed peers" in name]
+    assert names == [f"{n} {kind} sessions (replayed peers)" for n in (1, 2) for kind in ("understanding", "realtime")]
+    assert dict(rows)["4 capacity: 2 realtime sessions (replayed peers)"].endswith("turns 6/6 (client 0.10 CPU-s/s) ok")
+    assert dict(rows)["4 capacity: largest N realtime sessions passing"].startswith("2 ")
+    assert dict(rows)["6b pipecat, 1 replayed sessions: server CPU-s/s per session"] == (
+        "0.080 vs rtc-omni understanding 0.040 (x2.0), realtime 0.050 (x1.6) (echo heard by 1/1; asyncio)"
+    )
+
+
+async def test_pipecat_is_compared_with_every_mode_of_the_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def pipecat(python: str, sessions: int, seconds: float) -> dict[str, Any]:
+        return {"sessions": sessions, "server_cpu_s_per_s_per_session": 0.1}
+
+    monkeypatch.setattr(run.peer, "unavailable", lambda python: None)
+    monkeypatch.setattr(run.peer, "measure", pipecat)
+    point = {"sessions": 1, "server_cpu_s_per_s_per_session": 0.04}
+    cap = {"understand": [point], "realtime": [{**point, "server_cpu_s_per_s_per_session": 0.05}]}
+    plan = run.Plan(modes=("understand", "realtime"), peer_sessions=(1,))
+    figures = await run._peer(plan, "python", cap, lambda step: None)
+    assert figures["points"][0]["ratio"] == {"understand": 2.5, "realtime": 2.0}
+
+
+@pytest.mark.media
+async def test_a_realtime_call_of_the_sweep_is_answered(make_server: ServerFactory) -> None:
+    """One replayed peer of `/v1/realtime/calls`: it asks once in a 1 s window and its answer (one
+    spoken sentence, ~1.3 s) completes."""
+    server = await make_server(spoken_sentences=1)
+    point = await capacity.session_point(server.url, os.getpid(), 1, 1.0, mode=capacity.MODES["realtime"])
+    assert (point.turns_sent, point.turns_completed, point.ingest_p95_ms, point.ok) == (1, 1, None, True)
 
 
 def test_plots_without_matplotlib_fail_before_the_run(
@@ -117,7 +165,7 @@ async def test_replaying_peers_send_the_loop_under_their_own_ssrcs(server, monke
         return await send_rtp(self, data)
 
     monkeypatch.setattr(RTCDtlsTransport, "_send_rtp", recording_send_rtp)
-    clients = [replay.replaying_client(server.url) for _ in range(2)]
+    clients = [replay.replaying_client(server.url, UnderstandClient) for _ in range(2)]
     try:
         for client in clients:
             await client.connect()

@@ -1,8 +1,8 @@
 """N concurrent sessions against one server: CPU per session, ingest p95, turns completed.
 
-Understanding sessions are fed by the replaying load generator (`replay`): every peer sends the
-same pre-encoded camera and mic, so the benchmark's process stays light and N is bounded by the
-server. Sessions sample at the default `sample_fps`, as a user's would.
+Understanding sessions and realtime calls are fed by the replaying load generator (`replay`): every
+peer sends the same pre-encoded camera and mic, so the benchmark's process stays light and N is
+bounded by the server. Sessions sample at the default `sample_fps`, as a user's would.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..client.peer import GenerateClient, UnderstandClient
+from ..client.peer import GenerateClient, MediaClient, RealtimeClient, UnderstandClient
 from ..protocol.understand import SessionConfig
 from .common import CpuMeter, ack_latencies, percentile, process_tree
 from .generate import FPS, HEIGHT, WIDTH
@@ -23,6 +24,7 @@ SAMPLE_FPS: float = SessionConfig.model_fields["sample_fps"].default
 TURN_EVERY_S = 5.0
 INGEST_P95_LIMIT_S = 0.100
 WARM_UP_S = 2.0
+CUT = "client_cancelled"  # a realtime answer cancelled by the peer's next turn
 
 
 @dataclass
@@ -44,13 +46,68 @@ class CapacityPoint:
         return self.server_cpu_s_per_s / self.sessions
 
 
-async def _completed_turns(client: UnderstandClient, sent: int, timeout: float) -> int:
-    """Turns whose whole answer the session produced (`response.text.done` comes once the engine has
-    finished and its audio is in the talker), waiting up to `timeout` for the last ones. The next
-    turn, 5 s later, may cut the playout of a long answer, as a user speaking again would."""
+class SessionMode:
+    """Understanding sessions (`/v1/rtc/offer`): a `video.query` a turn, which takes the mic heard
+    since the last; the server acks each sampled frame. Subclasses are the sweep's other kinds."""
+
+    name = "understand"
+    noun = "understanding"
+    client_class: type[MediaClient] = UnderstandClient
+    acks_frames = True
+    last_answer_s = TURN_EVERY_S * 2  # how long the last turns may take to be answered after the window
+
+    async def set_up(self, client: MediaClient) -> None:
+        assert isinstance(client, UnderstandClient)
+        await client.configure(sample_fps=SAMPLE_FPS, enable_frame_filter=False)
+
+    def ask(self, client: MediaClient, turn: int) -> None:
+        client.send({"type": "video.query", "text": f"what now {turn}?"})
+
+    def answered(self, event: dict[str, Any]) -> bool:
+        """`response.text.done` comes once the engine has finished and its audio is in the talker."""
+        return event["type"] == "response.text.done"
+
+
+class RealtimeMode(SessionMode):
+    """OpenAI Realtime calls (`/v1/realtime/calls`, camera sampled at 2 fps, no frame acks): the mic
+    heard since the last turn is committed, then `response.create`. An answer still playing is
+    cancelled first, as a user speaking again would (an understanding turn cuts the last one too)."""
+
+    name = "realtime"
+    noun = "realtime"
+    client_class = RealtimeClient
+    acks_frames = False
+    last_answer_s = TURN_EVERY_S * 4  # the last answers play out in full: ~10 s of the synthetic engine's speech
+
+    async def set_up(self, client: MediaClient) -> None:
+        await client.wait_event("session.created", timeout=10)
+
+    def ask(self, client: MediaClient, turn: int) -> None:
+        types = [e["type"] for e in client.events]
+        if types.count("response.created") > types.count("response.done"):
+            client.send({"type": "response.cancel"})
+        client.send({"type": "input_audio_buffer.commit"})
+        client.send({"type": "response.create"})
+
+    def answered(self, event: dict[str, Any]) -> bool:
+        """`response.done` comes once the speech has played out at the peer, or been cut by the next turn."""
+        if event["type"] != "response.done":
+            return False
+        response = event["response"]
+        return response["status"] == "completed" or (response.get("status_details") or {}).get("reason") == CUT
+
+
+UNDERSTAND = SessionMode()
+MODES = {mode.name: mode for mode in (UNDERSTAND, RealtimeMode())}
+
+
+async def _completed_turns(mode: SessionMode, client: MediaClient, sent: int, timeout: float) -> int:
+    """Turns whose whole answer the session produced (`mode.answered`), waiting up to `timeout` for
+    the last ones. The next understanding turn, 5 s later, may cut the playout of a long answer, as
+    a user speaking again would."""
     deadline = time.monotonic() + timeout
     while True:
-        done = sum(1 for e in client.events if e["type"] == "response.text.done")
+        done = sum(1 for e in client.events if mode.answered(e))
         if done >= sent or time.monotonic() >= deadline:
             return done
         await asyncio.sleep(0.1)
@@ -68,17 +125,22 @@ async def idle_cpu(server_pid: int, seconds: float) -> float:
     return sum(meter.per_second()[:-1])
 
 
-async def understand_point(
-    url: str, server_pid: int, sessions: int, seconds: float, measuring: Callable[[bool], None] | None = None
+async def session_point(
+    url: str,
+    server_pid: int,
+    sessions: int,
+    seconds: float,
+    measuring: Callable[[bool], None] | None = None,
+    mode: SessionMode = UNDERSTAND,
 ) -> CapacityPoint:
     """`sessions` replayed cameras (640x480 VP8 as the page sends it) + mics (Opus), talker on, a turn every 5 s each
-    (staggered). `measuring(True)` and `measuring(False)` bracket the measured window, for a
-    profiler that should see the steady state only."""
-    clients = [replaying_client(url) for _ in range(sessions)]
+    (staggered), in `mode`'s sessions. `measuring(True)` and `measuring(False)` bracket the measured
+    window, for a profiler that should see the steady state only."""
+    clients = [replaying_client(url, mode.client_class) for _ in range(sessions)]
     try:
         for client in clients:
             await client.connect(timeout=30)
-            await client.configure(sample_fps=SAMPLE_FPS, enable_frame_filter=False)
+            await mode.set_up(client)
         await asyncio.sleep(WARM_UP_S)  # steady state
         marks = [len(c.events) for c in clients]
         if measuring is not None:
@@ -89,17 +151,18 @@ async def understand_point(
         while (now := time.monotonic() - started) < seconds:
             for i, client in enumerate(clients):
                 if now >= sent[i] * TURN_EVERY_S + i * TURN_EVERY_S / sessions:
-                    client.send({"type": "video.query", "text": f"what now {sent[i]}?"})
+                    mode.ask(client, sent[i])
                     sent[i] += 1
             await asyncio.sleep(0.05)
         *server_cpu, client_cpu = meter.per_second()
         if measuring is not None:
             measuring(False)
         ingest = [lat for c, m in zip(clients, marks) for lat in ack_latencies(c, _camera(c), skip=0, after=m)]
-        completed = [await _completed_turns(c, n, timeout=TURN_EVERY_S * 2) for c, n in zip(clients, sent)]
+        completed = [await _completed_turns(mode, c, n, mode.last_answer_s) for c, n in zip(clients, sent)]
     finally:
         await asyncio.gather(*(c.close() for c in clients))
     p50, p95 = (percentile(ingest, 50), percentile(ingest, 95)) if ingest else (None, None)
+    ingest_ok = not mode.acks_frames or (p95 is not None and p95 < INGEST_P95_LIMIT_S)
     return CapacityPoint(
         sessions=sessions,
         server_cpu_s_per_s=sum(server_cpu),
@@ -108,12 +171,12 @@ async def understand_point(
         ingest_p95_ms=None if p95 is None else round(p95 * 1000, 1),
         turns_sent=sum(sent),
         turns_completed=sum(completed),
-        ok=p95 is not None and p95 < INGEST_P95_LIMIT_S and sum(completed) == sum(sent),
+        ok=ingest_ok and sum(completed) == sum(sent),
         ingest_s=ingest,
     )
 
 
-def _camera(client: UnderstandClient) -> ReplayTrack:
+def _camera(client: MediaClient) -> ReplayTrack:
     assert isinstance(client.video, ReplayTrack)
     return client.video
 

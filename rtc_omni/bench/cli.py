@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the parser is built on every `rtc-omni` call; the run imports aiortc
     from .run import Plan
 
+MODES = {"understand": ("understand",), "realtime": ("realtime",), "both": ("understand", "realtime")}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run of every item, small samples, about 40 s")
@@ -22,7 +24,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plots", type=Path, help="draw latency.png and capacity.png into this folder")
     parser.add_argument("--seconds", type=float, help="length of each ingest and WebSocket run")
     parser.add_argument("--capacity-seconds", type=float, help="length of each capacity point, after 2 s of warm-up")
-    parser.add_argument("--max-sessions", type=int, help="largest N of understanding sessions in the capacity sweep")
+    parser.add_argument("--max-sessions", type=int, help="largest N of sessions in the capacity sweep")
+    parser.add_argument(
+        "--mode",
+        choices=sorted(MODES),
+        default="understand",
+        help="the capacity sweep's sessions: understanding (/v1/rtc/offer), realtime calls (/v1/realtime/calls), "
+        "or both side by side (default: understand)",
+    )
     parser.add_argument(
         "--peer-python", help="interpreter with pipecat-ai[webrtc] for the pipecat comparison (default: this one)"
     )
@@ -30,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sessions-only",
         action="store_true",
-        help="only the understanding capacity sweep and the pipecat comparison (a few minutes)",
+        help="only the capacity sweep of --mode's sessions and the pipecat comparison (a few minutes)",
     )
     parser.add_argument(
         "--server-args",
@@ -44,13 +53,13 @@ def plan_from(args: argparse.Namespace) -> Plan:
     from . import run
 
     plan = run.QUICK if args.quick else run.FULL
-    changes: dict[str, Any] = {}
+    changes: dict[str, Any] = {"modes": MODES[args.mode]}
     if args.seconds is not None:
         changes["seconds"] = args.seconds
     if args.capacity_seconds is not None:
         changes["capacity_seconds"] = args.capacity_seconds
     if args.max_sessions is not None:
-        changes["understand_sessions"] = tuple(n for n in plan.understand_sessions if n <= args.max_sessions)
+        changes["session_counts"] = tuple(n for n in plan.session_counts if n <= args.max_sessions)
     if args.peer_python is not None:
         changes["peer_python"] = args.peer_python
     if args.no_peer:

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ..client.peer import UnderstandClient, prefer_video_codec
+from ..client.peer import MediaClient, prefer_video_codec
 from .capacity import SAMPLE_FPS, WARM_UP_S, server_meter
 from .common import free_port, stop, wait_healthy
 from .replay import replaying_client
@@ -20,7 +20,7 @@ PIPECAT = "pipecat-ai[webrtc]==1.14.0"  # as pinned in the [bench] extra
 SERVER_SCRIPT = Path(__file__).with_name("pipecat_server.py")
 
 
-class AudioFirstClient(UnderstandClient):
+class AudioFirstClient(MediaClient):
     """pipecat expects the mic on the first m-line and the camera on the second."""
 
     def _add_transceivers(self) -> None:

@@ -15,13 +15,14 @@ import fractions
 import functools
 import time
 from dataclasses import dataclass
+from typing import TypeVar
 
 import av
 import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from ..client.media import AUDIO_RATE, camera_send_bitrate, camera_send_fps
-from ..client.peer import DEFAULT_SAMPLE_FPS, UnderstandClient
+from ..client.peer import DEFAULT_SAMPLE_FPS, MediaClient
 from ..config import TALKER_PACKET_MS_CHOICES as PACKET_MS_CHOICES
 from ..signaling.ptime import asked_ptime_ms
 from .understand import CAMERA, camera
@@ -46,6 +47,7 @@ MIC_BITRATE = 32_000  # a browser's Opus rate for a mono voice
 MIC_TONE_HZ = 440.0
 MIC_PACKET_MS = 20  # a browser's, unless the answer asks for more (a=ptime; Chromium honours it)
 SENT_AT_BOUND = 10_000
+Peer = TypeVar("Peer", bound=MediaClient)
 
 
 @dataclass(frozen=True)
@@ -152,13 +154,13 @@ class ReplayTrack(MediaStreamTrack):
     """Hands out a loop's encoded frames as `av.Packet`s in real time, from the first frame on, over
     and over; remembers when each frame left (by pts) for latency measurements."""
 
-    pre_encoded = True  # no frame may be dropped on the way (UnderstandClient caps raw cameras only)
+    pre_encoded = True  # no frame may be dropped on the way (MediaClient caps raw cameras only)
 
     def __init__(self, loop: EncodedLoop) -> None:
         super().__init__()
         self.kind = loop.kind
         self.loop = loop
-        self.client: UnderstandClient | None = None  # a mic's: it replays at its answer's packet time
+        self.client: MediaClient | None = None  # a mic's: it replays at its answer's packet time
         self.frames_sent = 0
         self.sent_at: dict[int, float] = {}  # pts -> monotonic time recv() handed it to the sender
         self._time_base = fractions.Fraction(1, loop.clock_rate)
@@ -184,9 +186,7 @@ class ReplayTrack(MediaStreamTrack):
         return packet
 
 
-def replaying_client(
-    url: str, camera_fps: int = CAMERA_FPS, client_class: type[UnderstandClient] = UnderstandClient
-) -> UnderstandClient:
+def replaying_client(url: str, client_class: type[Peer], camera_fps: int = CAMERA_FPS) -> Peer:
     """A peer whose camera (VP8) and mic (Opus, at the answer's packet time) replay the shared loops,
     and that hears the talker."""
     mic = ReplayTrack(encode_mic())

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .capacity import MODES
 from .run import Result
 
 
@@ -45,14 +46,18 @@ def rows(result: Result) -> list[tuple[str, str]]:
 
 
 def _capacity_rows(cap: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each N's points of every mode side by side, then each mode's largest N passing."""
     server = " ".join(cap.get("server_args", [])) or "default"
     out = [(f"4 capacity: idle server ({server} arguments)", f"{cap['idle_server_cpu_s_per_s']:.3f} CPU-s/s")]
-    for point in cap["understand"]:
-        out.append((f"4 capacity: {point['sessions']} understanding sessions (replayed peers)", _capacity_row(point)))
-    largest = str(cap["max_understand"])
-    if cap["understand"] and cap["max_understand"] == cap["understand"][-1]["sessions"]:
-        largest += " (every N swept passed: the limit is higher)"
-    out.append(("4 capacity: largest N understanding sessions passing", largest))
+    modes = cap["modes"]
+    points = sorted((p["sessions"], index, mode, p) for index, mode in enumerate(modes) for p in cap[mode])
+    for n, _, mode, point in points:
+        out.append((f"4 capacity: {n} {MODES[mode].noun} sessions (replayed peers)", _capacity_row(point)))
+    for mode in modes:
+        largest = str(cap[f"max_{mode}"])
+        if cap[mode] and cap[f"max_{mode}"] == cap[mode][-1]["sessions"]:
+            largest += " (every N swept passed: the limit is higher)"
+        out.append((f"4 capacity: largest N {MODES[mode].noun} sessions passing", largest))
     for point in cap["generate"]:
         out.append((f"4 capacity: {point['sessions']} generation streams 832x480@16", _capacity_row(point)))
     if cap["generate"]:
@@ -66,6 +71,7 @@ def _capacity_row(point: dict[str, Any]) -> str:
         text += f" ({point['server_cpu_s_per_s_per_session_above_idle']:.3f} above idle)"
     if point["ingest_p95_ms"] is not None:
         text += f", ingest p50 {point['ingest_p50_ms']:.1f} / p95 {point['ingest_p95_ms']:.1f} ms"
+    if point["turns_sent"]:
         text += f", turns {point['turns_completed']}/{point['turns_sent']}"
     if point["min_fps"] is not None:
         text += f", min {point['min_fps']:.2f} fps, {point['frames_missing']} frames missing"
@@ -93,11 +99,17 @@ def _peer_rows(peer: dict[str, Any]) -> list[tuple[str, str]]:
     return [
         (
             f"6b {peer['name']}, {p['sessions']} replayed sessions: server CPU-s/s per session",
-            f"{p['server_cpu_s_per_s_per_session']:.3f} vs rtc-omni {p['rtc_omni_server_cpu_s_per_s_per_session']:.3f}"
-            f" (x{p['ratio']}; echo heard by {p['echo_heard']}/{p['sessions']}; {p.get('event_loop', 'asyncio')})",
+            f"{p['server_cpu_s_per_s_per_session']:.3f} vs rtc-omni {_ours(p)}"
+            f" (echo heard by {p['echo_heard']}/{p['sessions']}; {p.get('event_loop', 'asyncio')})",
         )
         for p in peer["points"]
     ]
+
+
+def _ours(point: dict[str, Any]) -> str:
+    """rtc-omni's figure of each mode at the point's N, and pipecat's as a multiple of it."""
+    ours = point["rtc_omni_server_cpu_s_per_s_per_session"]
+    return ", ".join(f"{MODES[mode].noun} {cpu:.3f} (x{point['ratio'][mode]})" for mode, cpu in ours.items())
 
 
 def table(result: Result) -> str:
@@ -138,7 +150,7 @@ def write_plots(result: Result, folder: Path) -> list[Path]:
 
     cap = result.figures["capacity"]
     fig, ax = plt.subplots(figsize=(7, 4))
-    for kind in ("understand", "generate"):
+    for kind in (*cap["modes"], "generate"):
         points = cap[kind]
         ax.plot(
             [p["sessions"] for p in points], [p["server_cpu_s_per_s"] for p in points], "o-", label=f"{kind}: server"

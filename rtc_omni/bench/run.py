@@ -27,14 +27,15 @@ class Plan:
     generate_chunks: int = 15
     # Past where a 2-core machine fails (one worker: 28 passed, 32 failed; two: 64 passed on a faster VM, both
     # on 2026-12-02); the sweep stops at the first failure.
-    understand_sessions: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64)
+    session_counts: tuple[int, ...] = (1, 2, 4, 6, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64)
+    modes: tuple[str, ...] = ("understand",)  # the capacity sweep's session kinds: capacity.MODES
     generate_streams: tuple[int, ...] = (1, 2, 4)
     capacity_seconds: float = 15.0
     codecs: tuple[str, ...] = ("vp8", "h264")
     peer_python: str | None = sys.executable  # an interpreter with pipecat; None skips the pipecat comparison
     peer_sessions: tuple[int, ...] = (1, 8)  # N of the pipecat comparison: one session, and many
     server_args: tuple[str, ...] = ()  # extra `rtc-omni serve` arguments of the capacity sweep's server
-    sessions_only: bool = False  # only the understanding capacity sweep and the pipecat comparison
+    sessions_only: bool = False  # only the capacity sweep of `modes` and the pipecat comparison
 
 
 FULL = Plan()
@@ -45,7 +46,7 @@ QUICK = Plan(
     audio_turns=2,
     generate_seconds=2.0,
     generate_chunks=2,
-    understand_sessions=(1, 2),
+    session_counts=(1, 2),
     generate_streams=(1,),
     capacity_seconds=3.0,
     codecs=("vp8",),
@@ -141,26 +142,19 @@ def sweep_server_args(plan: Plan) -> list[str]:
     """The capacity server's arguments: room for the sweep's largest N, then `plan.server_args` (which
     win). Every replayed peer comes from 127.0.0.1, so the per-client limits would count them all as
     one client; twice the largest N leaves room for the previous N's sessions while they close."""
-    room = str(2 * max(plan.understand_sessions + plan.peer_sessions))
+    room = str(2 * max(plan.session_counts + plan.peer_sessions))
     limits = ["--max-sessions", room, "--max-connections-per-client", room, "--session-rate-limit", "0"]
     return [*limits, *plan.server_args]
 
 
 async def _capacity(plan: Plan, result: Result, progress: Callable[[str], None]) -> dict[str, Any]:
-    """Sweep N upwards; stop at the first N that fails (a turn lost, ingest p95 >= 100 ms, frames late)."""
-    out: dict[str, Any] = {"understand": [], "generate": [], "max_understand": 0, "max_generate": 0}
+    """Sweep N upwards in each of `plan.modes` on one server, then the generation streams on another."""
+    out: dict[str, Any] = {"modes": list(plan.modes), "generate": [], "max_generate": 0}
     out["server_args"] = list(plan.server_args)
     with server(sweep_server_args(plan)) as (process, url):
         progress("capacity: idle server")
         idle = out["idle_server_cpu_s_per_s"] = round(await capacity.idle_cpu(process.pid, IDLE_SECONDS), 3)
-        for n in plan.understand_sessions:
-            progress(f"capacity: {n} understanding sessions")
-            point = await capacity.understand_point(url, process.pid, n, plan.capacity_seconds)
-            out["understand"].append(_point(point, idle))
-            result.samples[f"ingest, N={n} sessions"] = point.ingest_s
-            if not point.ok:
-                break
-            out["max_understand"] = n
+        await _sweep_sessions(plan, url, process.pid, idle, out, result, progress)
     if plan.sessions_only:
         return out
     with server([*plan.server_args, *generate.FAST_ENGINE]) as (process, url):
@@ -172,6 +166,30 @@ async def _capacity(plan: Plan, result: Result, progress: Callable[[str], None])
                 break
             out["max_generate"] = n
     return out
+
+
+async def _sweep_sessions(
+    plan: Plan, url: str, pid: int, idle: float, out: dict[str, Any], result: Result, progress: Callable[[str], None]
+) -> None:
+    """Every mode at one N, then the next N, so the modes are measured side by side under the same
+    load from elsewhere; a mode stops at its first N that fails (a turn lost, ingest p95 >= 100 ms)."""
+    passing = list(plan.modes)
+    for name in passing:
+        out[name], out[f"max_{name}"] = [], 0
+    for n in plan.session_counts:
+        for name in tuple(passing):
+            mode = capacity.MODES[name]
+            progress(f"capacity: {n} {mode.noun} sessions")
+            point = await capacity.session_point(url, pid, n, plan.capacity_seconds, mode=mode)
+            out[name].append(_point(point, idle))
+            if point.ingest_s:
+                result.samples[f"ingest, N={n} sessions"] = point.ingest_s
+            if point.ok:
+                out[f"max_{name}"] = n
+            else:
+                passing.remove(name)
+        if not passing:
+            return
 
 
 def _point(point: capacity.CapacityPoint, idle_cpu: float | None = None) -> dict[str, Any]:
@@ -188,20 +206,27 @@ def _point(point: capacity.CapacityPoint, idle_cpu: float | None = None) -> dict
 
 async def _peer(plan: Plan, python: str, cap: dict[str, Any], progress: Callable[[str], None]) -> dict[str, Any]:
     """The same replayed peers against pipecat at each N of `plan.peer_sessions`, beside rtc-omni's
-    point at that N from the sweep (measured here if the sweep stopped before it)."""
+    point of each mode at that N from the sweep (measured here if the sweep stopped before it)."""
     reason = peer.unavailable(python)
     if reason is not None:
         return {"skipped": reason}
     points = []
     for n in plan.peer_sessions:
-        ours = next((p for p in cap["understand"] if p["sessions"] == n), None)
-        if ours is None:
-            progress(f"rtc-omni: {n} understanding sessions, for the comparison")
-            with server(sweep_server_args(plan)) as (process, url):
-                ours = _point(await capacity.understand_point(url, process.pid, n, plan.capacity_seconds))
+        ours = {name: await _ours_at(plan, cap, name, n, progress) for name in plan.modes}
         progress(f"pipecat: {n} sessions")
         theirs = await peer.measure(python, n, plan.capacity_seconds)
-        mine = ours["server_cpu_s_per_s_per_session"]
-        ratio = round(theirs["server_cpu_s_per_s_per_session"] / mine, 2) if mine else None
-        points.append({**theirs, "rtc_omni_server_cpu_s_per_s_per_session": mine, "ratio": ratio})
+        pipecat = theirs["server_cpu_s_per_s_per_session"]
+        ratios = {name: round(pipecat / mine, 2) if mine else None for name, mine in ours.items()}
+        points.append({**theirs, "rtc_omni_server_cpu_s_per_s_per_session": ours, "ratio": ratios})
     return {"name": "pipecat SmallWebRTCTransport " + peer.PIPECAT.split("==")[1], "points": points}
+
+
+async def _ours_at(plan: Plan, cap: dict[str, Any], name: str, n: int, progress: Callable[[str], None]) -> float:
+    """rtc-omni's server CPU-s/s per session of mode `name` at N=`n`: the sweep's, else measured now."""
+    point = next((p for p in cap[name] if p["sessions"] == n), None)
+    if point is None:
+        mode = capacity.MODES[name]
+        progress(f"rtc-omni: {n} {mode.noun} sessions, for the comparison")
+        with server(sweep_server_args(plan)) as (process, url):
+            point = _point(await capacity.session_point(url, process.pid, n, plan.capacity_seconds, mode=mode))
+    return float(point["server_cpu_s_per_s_per_session"])

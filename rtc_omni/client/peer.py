@@ -81,6 +81,7 @@ class ControlClient:
     """
 
     kind = "understand"
+    channel_label = "control"
 
     def __init__(
         self,
@@ -96,7 +97,7 @@ class ControlClient:
         self.server = check_server_url(server)
         self.token = token
         self.pc = RTCPeerConnection(rtc_configuration(ice_servers or [], relay_only))
-        self.channel = self.pc.createDataChannel("control") if control else None
+        self.channel = self.pc.createDataChannel(self.channel_label) if control else None
         self.events: list[dict[str, Any]] = []
         self.event_times: list[float] = []
         self._new_event = asyncio.Event()
@@ -150,27 +151,13 @@ class ControlClient:
         if "a=candidate:" not in self.pc.localDescription.sdp:
             # aiortc's sign of an unreachable TURN server or wrong / expired credentials
             raise ConnectionError("gathered no ICE candidates: check the ICE servers and TURN credentials")
-        offer = {"sdp": self.pc.localDescription.sdp, "type": "offer", "kind": kind or self.kind}
-        if session_id is not None:
-            offer["session_id"] = session_id
         try:
             async with aiohttp.ClientSession() as http:
-                async with http.post(f"{self.server}/v1/rtc/offer", json=offer, headers=self._headers()) as resp:
-                    try:
-                        body = await resp.json(content_type=None)
-                    except ValueError:
-                        body = (await resp.text())[:200]
-                    if resp.status != 200:
-                        raise SignalingError(resp.status, body)
+                offer = self.pc.localDescription.sdp
+                self.answer_sdp = await self._exchange(http, offer, kind or self.kind, session_id)
         except aiohttp.ClientConnectionError as exc:
             raise ConnectionError(f"cannot connect to {self.server}: is `rtc-omni serve` running there?") from exc
-        if not isinstance(body, dict) or "sdp" not in body:
-            raise SignalingError(resp.status, f"not an rtc-omni answer: {str(body)[:200]}")
-        self.session_id = body["session_id"]
-        self.session_token = body.get("session_token", self.session_token)
-        self.view_token = body.get("view_token", self.view_token)
-        self.answer_sdp = body["sdp"]
-        await self.pc.setRemoteDescription(RTCSessionDescription(sdp=body["sdp"], type=body["type"]))
+        await self.pc.setRemoteDescription(RTCSessionDescription(sdp=self.answer_sdp, type="answer"))
         release_audio_on_arrival(self.pc)  # the talker's last packets are heard when sent
         try:
             async with asyncio.timeout(timeout):
@@ -184,6 +171,25 @@ class ControlClient:
         except TimeoutError:
             raise ConnectionError(f"not connected within {timeout} s (ICE {self.pc.iceConnectionState})") from None
         self.connect_seconds = time.monotonic() - started
+
+    async def _exchange(self, http: aiohttp.ClientSession, sdp: str, kind: str, session_id: str | None) -> str:
+        """POST the offer to /v1/rtc/offer; the answer's SDP, with the session's id and tokens kept."""
+        offer = {"sdp": sdp, "type": "offer", "kind": kind}
+        if session_id is not None:
+            offer["session_id"] = session_id
+        async with http.post(f"{self.server}/v1/rtc/offer", json=offer, headers=self._headers()) as resp:
+            try:
+                body = await resp.json(content_type=None)
+            except ValueError:
+                body = (await resp.text())[:200]
+            if resp.status != 200:
+                raise SignalingError(resp.status, body)
+        if not isinstance(body, dict) or "sdp" not in body:
+            raise SignalingError(resp.status, f"not an rtc-omni answer: {str(body)[:200]}")
+        self.session_id = body["session_id"]
+        self.session_token = body.get("session_token", self.session_token)
+        self.view_token = body.get("view_token", self.view_token)
+        return str(body["sdp"])
 
     def send(self, message: dict[str, Any] | str) -> None:
         if self.channel is None:
@@ -221,14 +227,11 @@ class ControlClient:
 DEFAULT_SAMPLE_FPS = 2.0  # session.config's sample_fps when the client sends none
 
 
-class UnderstandClient(ControlClient):
-    """Streams camera and mic into an understanding session and records the talker.
+class MediaClient(ControlClient):
+    """Streams camera and mic into a conversation session and records the talker.
 
-    The camera sends camera_send_fps(sample_fps) frames per second (at most its own rate), following
-    the `sample_fps` of every session.config it sends.
+    The camera sends camera_send_fps(DEFAULT_SAMPLE_FPS) frames per second (at most its own rate).
     """
-
-    kind = "understand"
 
     def __init__(
         self,
@@ -253,7 +256,6 @@ class UnderstandClient(ControlClient):
         self.video_codec = video_codec
         self.receive_audio = receive_audio
         self.recorder: AudioRecorder | None = None
-        self.modalities: list[str] = ["text", "audio"]
 
     def _add_transceivers(self) -> None:
         if self.video_sent is not None:
@@ -269,10 +271,23 @@ class UnderstandClient(ControlClient):
         if track.kind == "audio":
             self.recorder = AudioRecorder(track)
 
+    async def close(self) -> None:
+        if self.recorder is not None:
+            await self.recorder.stop()
+        await super().close()
+
+
+class UnderstandClient(MediaClient):
+    """An understanding session's peer: its camera follows the `sample_fps` of every session.config
+    it sends, and it asks with `video.query`."""
+
+    kind = "understand"
+    modalities: tuple[str, ...] = ("text", "audio")  # the last session.config's
+
     async def configure(self, **config: Any) -> None:
         """Send session.config and confirm it applied (a ping answered without an error)."""
         mark = len(self.events)
-        self.modalities = list(config.get("modalities", self.modalities))
+        self.modalities = tuple(config.get("modalities", self.modalities))
         self.send({"type": "session.config", **config})
         self.send({"type": "ping"})
         event = await self.wait_event(where=lambda e: e["type"] in ("pong", "error"), after=mark)
@@ -338,10 +353,25 @@ class UnderstandClient(ControlClient):
         result.done_at = time.monotonic()
         return result
 
-    async def close(self) -> None:
-        if self.recorder is not None:
-            await self.recorder.stop()
-        await super().close()
+
+class RealtimeClient(MediaClient):
+    """An OpenAI Realtime WebRTC peer (`POST /v1/realtime/calls`, as a browser app connects): camera
+    and mic in, the talker back, events on the `oai-events` DataChannel."""
+
+    kind = "realtime"
+    channel_label = "oai-events"
+
+    async def _exchange(self, http: aiohttp.ClientSession, sdp: str, kind: str, session_id: str | None) -> str:
+        """POST the SDP itself; 201 with the answer, the call's id the last part of its Location."""
+        headers = {**self._headers(), "Content-Type": "application/sdp"}
+        async with http.post(f"{self.server}/v1/realtime/calls", data=sdp, headers=headers) as resp:
+            body = await resp.text()
+            if resp.status != 201:
+                raise SignalingError(resp.status, body[:200])
+            self.session_id = resp.headers["Location"].rsplit("/", 1)[1]
+            self.session_token = resp.headers.get("Session-Token", self.session_token)
+            self.view_token = resp.headers.get("View-Token", self.view_token)
+        return body
 
 
 class GenerateClient(ControlClient):
