@@ -105,7 +105,8 @@ GENERATE_EVENTS: list[tuple[dict[str, Any], type[BaseModel], dict[str, Any]]] = 
     ("decode", "wire", "model", "read"),
     [(understand.decode_server_event, *case) for case in UNDERSTAND_EVENTS]
     + [(generate.decode_server_event, *case) for case in GENERATE_EVENTS],
-    ids=lambda v: str(v)[:40],
+    ids=[f"understand-{case[0]['type']}" for case in UNDERSTAND_EVENTS]
+    + [f"generate-{case[0]['type']}" for case in GENERATE_EVENTS],
 )
 def test_each_event_the_engine_reads_parses_to_its_model(
     decode: Callable[[str], BaseModel], wire: dict[str, Any], model: type[BaseModel], read: dict[str, Any]
