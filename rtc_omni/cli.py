@@ -22,7 +22,7 @@ from .logs import configure_logging
 from .protocol.generate import VideoGenerationRequest, coerce_start_fields
 from .protocol.understand import SessionConfig
 from .protocol.validation import FieldLabel, describe_validation_error, error_text
-from .serve import listen_error, serve_process
+from .serve import listen_error, refused, serve_process
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 # `rtc-omni client generate` flags not named after the request field they set, for error messages.
@@ -61,11 +61,9 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         return run_workers(settings, serve_process, listening)
     except OSError as exc:
-        print(f"rtc-omni: {listen_error(exc, settings.host, settings.port)}", file=sys.stderr)
-        return 2
+        return refused(listen_error(exc, settings.host, settings.port))
     except EngineStartError as exc:
-        print(f"rtc-omni: {exc}", file=sys.stderr)
-        return 2
+        return refused(exc)
 
 
 def _checked(model: type[BaseModel], data: dict[str, Any], label: FieldLabel = str) -> None:

@@ -22,19 +22,22 @@ def serve_process(settings: Settings, worker: Worker | None, on_listening: Calla
     try:
         factory = loop_factory(settings.event_loop)
     except EventLoopUnavailable as exc:
-        print(f"rtc-omni: {exc}", file=sys.stderr)
-        return 2
+        return refused(exc)
     app = create_app(settings, worker=worker)
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
             runner.run(serve(app, settings, on_listening=on_listening, worker=worker))
     except EngineUnavailable as exc:
-        print(f"rtc-omni: {exc}", file=sys.stderr)
-        return 2
+        return refused(exc)
     except OSError as exc:
-        print(f"rtc-omni: {listen_error(exc, settings.host, settings.port)}", file=sys.stderr)
-        return 2
+        return refused(listen_error(exc, settings.host, settings.port))
     return 0
+
+
+def refused(reason: object) -> int:
+    """Say why the server did not start, as the CLI says it; the exit status for that."""
+    print(f"rtc-omni: {reason}", file=sys.stderr)
+    return 2
 
 
 def listen_error(exc: OSError, host: str, port: int) -> str:
