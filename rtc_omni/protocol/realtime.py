@@ -158,12 +158,17 @@ def _b64(value: str) -> bytes:
         raise ValueError("not valid base64") from exc
 
 
+PartType = Literal["input_text", "input_audio", "input_image", "output_text", "output_audio"]
+Role = Literal["user", "assistant", "system"]
+ItemStatus = Literal["completed", "incomplete", "in_progress"]
+
+
 class ContentPart(BaseModel):
     """One part of a message item; `audio` and `image_url` arrive decoded to bytes."""
 
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["input_text", "input_audio", "input_image", "output_text", "output_audio"]
+    type: PartType
     text: str | None = None
     audio: bytes | None = None  # PCM16 mono 24 kHz
     transcript: str | None = None
@@ -209,11 +214,11 @@ class ItemIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["message"]
-    role: Literal["user", "assistant", "system"]
+    role: Role
     content: list[ContentPart] = Field(min_length=1, max_length=MAX_CONTENT_PARTS)
     id: str | None = Field(None, min_length=1, max_length=MAX_ITEM_ID_CHARS)
     object: Literal["realtime.item"] | None = None
-    status: Literal["completed", "incomplete", "in_progress"] | None = None
+    status: ItemStatus | None = None
 
     @model_validator(mode="after")
     def _parts_fit_role(self) -> ItemIn:
@@ -368,6 +373,108 @@ class RealtimeEvent(ServerEvent):
         return {"type": self.type, **self.model_dump(mode="json")}
 
 
+class TextContent(BaseModel):
+    type: Literal["input_text", "output_text"]
+    text: str | None
+
+
+class AudioContent(BaseModel):
+    """An audio part as items report it: its transcript, never its audio (the client has its own copy)."""
+
+    type: Literal["input_audio", "output_audio"]
+    transcript: str | None
+
+
+class ImageContent(BaseModel):
+    type: Literal["input_image"] = "input_image"
+    detail: Literal["auto"] = "auto"
+
+
+ItemContent = TextContent | AudioContent | ImageContent
+
+
+class ItemOut(BaseModel):
+    """A message item as the server reports it (OpenAI's RealtimeConversationItem)."""
+
+    id: str
+    object: Literal["realtime.item"] = "realtime.item"
+    type: Literal["message"] = "message"
+    role: Role
+    status: ItemStatus
+    content: list[ItemContent]
+
+
+class TextPart(BaseModel):
+    """The content part a text response streams into."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class AudioPart(BaseModel):
+    """The content part a spoken response streams into: its transcript."""
+
+    type: Literal["audio"] = "audio"
+    transcript: str
+
+
+class InputTokenDetails(BaseModel):
+    text_tokens: int | None
+    audio_tokens: int | None
+    image_tokens: int | None
+    cached_tokens: int | None
+
+
+class OutputTokenDetails(BaseModel):
+    text_tokens: int | None
+    audio_tokens: int | None
+
+
+class ResponseUsage(BaseModel):
+    """OpenAI's RealtimeResponseUsage; what an engine does not count is null."""
+
+    total_tokens: int
+    input_tokens: int
+    output_tokens: int
+    input_token_details: InputTokenDetails
+    output_token_details: OutputTokenDetails
+
+
+class DurationUsage(BaseModel):
+    """What the recogniser heard, as OpenAI reports a transcription's usage."""
+
+    type: Literal["duration"] = "duration"
+    seconds: float
+
+
+class FailureError(BaseModel):
+    type: str
+    message: str | None
+
+
+class CancelledDetails(BaseModel):
+    type: Literal["cancelled"] = "cancelled"
+    reason: Literal["client_cancelled", "turn_detected"]
+
+
+class FailedDetails(BaseModel):
+    type: Literal["failed"] = "failed"
+    error: FailureError
+
+
+class ResponseOut(BaseModel):
+    """A response as the server reports it (OpenAI's RealtimeResponse)."""
+
+    id: str
+    object: Literal["realtime.response"] = "realtime.response"
+    status: Literal["in_progress", "completed", "cancelled", "failed"]
+    status_details: CancelledDetails | FailedDetails | None = None
+    output: list[ItemOut]
+    output_modalities: list[Literal["text", "audio"]]
+    conversation_id: None = None
+    usage: ResponseUsage | None = None
+
+
 class ErrorDetail(BaseModel):
     type: str
     code: str | None = None
@@ -419,13 +526,13 @@ class AudioCleared(RealtimeEvent):
 
 class ItemAdded(RealtimeEvent):
     type: ClassVar[str] = "conversation.item.added"
-    item: dict[str, Any]
+    item: ItemOut
     previous_item_id: str | None
 
 
 class ItemDone(RealtimeEvent):
     type: ClassVar[str] = "conversation.item.done"
-    item: dict[str, Any]
+    item: ItemOut
     previous_item_id: str | None
 
 
@@ -441,7 +548,7 @@ class TranscriptionCompleted(RealtimeEvent):
     item_id: str
     content_index: int = 0
     transcript: str
-    usage: dict[str, Any]  # {"type": "duration", "seconds": ...}: what the recogniser heard
+    usage: DurationUsage
 
 
 class TranscriptionFailed(RealtimeEvent):
@@ -453,7 +560,7 @@ class TranscriptionFailed(RealtimeEvent):
 
 class ItemRetrieved(RealtimeEvent):
     type: ClassVar[str] = "conversation.item.retrieved"
-    item: dict[str, Any]
+    item: ItemOut
 
 
 class ItemDeleted(RealtimeEvent):
@@ -470,26 +577,26 @@ class ItemTruncated(RealtimeEvent):
 
 class ResponseCreated(RealtimeEvent):
     type: ClassVar[str] = "response.created"
-    response: dict[str, Any]
+    response: ResponseOut
 
 
 class ResponseDone(RealtimeEvent):
     type: ClassVar[str] = "response.done"
-    response: dict[str, Any]
+    response: ResponseOut
 
 
 class OutputItemAdded(RealtimeEvent):
     type: ClassVar[str] = "response.output_item.added"
     response_id: str
     output_index: int
-    item: dict[str, Any]
+    item: ItemOut
 
 
 class OutputItemDone(RealtimeEvent):
     type: ClassVar[str] = "response.output_item.done"
     response_id: str
     output_index: int
-    item: dict[str, Any]
+    item: ItemOut
 
 
 class OutputAudioStarted(RealtimeEvent):
@@ -524,12 +631,12 @@ class PartEvent(RealtimeEvent):
 
 class ContentPartAdded(PartEvent):
     type: ClassVar[str] = "response.content_part.added"
-    part: dict[str, Any]
+    part: TextPart | AudioPart
 
 
 class ContentPartDone(PartEvent):
     type: ClassVar[str] = "response.content_part.done"
-    part: dict[str, Any]
+    part: TextPart | AudioPart
 
 
 class TextDelta(PartEvent):

@@ -12,6 +12,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..protocol.realtime import (
+    AudioContent,
+    ImageContent,
+    ItemContent,
+    ItemOut,
+    ItemStatus,
+    PartType,
+    Role,
+    TextContent,
+)
+
 MAX_ITEMS = 128
 MAX_MEDIA_BYTES = 64 * 1024 * 1024  # input audio and images held by all items together
 MAX_TURN_IMAGES = 4  # the newest pinned images go with each response
@@ -23,7 +34,7 @@ class Part:
     """One content part. `audio` is PCM16: an input_audio part's at 16 kHz (what the engine takes),
     an output_audio part's at 24 kHz (what was sent, cut by truncation); `image` the encoded file."""
 
-    type: str
+    type: PartType
     text: str | None = None
     transcript: str | None = None
     audio: bytes = b""
@@ -38,35 +49,28 @@ class Part:
         """What the model reads of this part as history."""
         return self.text if self.text is not None else self.transcript or ""
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> ItemContent:
         """OpenAI's shape, without audio or image data (retrieve them from the client's own copy)."""
-        if self.type in ("input_text", "output_text"):
-            return {"type": self.type, "text": self.text}
-        if self.type in ("input_audio", "output_audio"):
-            return {"type": self.type, "transcript": self.transcript}
-        return {"type": self.type, "detail": "auto"}
+        if self.type == "input_text" or self.type == "output_text":
+            return TextContent(type=self.type, text=self.text)
+        if self.type == "input_audio" or self.type == "output_audio":
+            return AudioContent(type=self.type, transcript=self.transcript)
+        return ImageContent()
 
 
 @dataclass
 class Item:
     id: str
-    role: str
+    role: Role
     parts: list[Part] = field(default_factory=list)
-    status: str = "completed"
+    status: ItemStatus = "completed"
 
     @property
     def media_bytes(self) -> int:
         return sum(part.media_bytes for part in self.parts)
 
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": "realtime.item",
-            "type": "message",
-            "role": self.role,
-            "status": self.status,
-            "content": [part.to_wire() for part in self.parts],
-        }
+    def to_wire(self) -> ItemOut:
+        return ItemOut(id=self.id, role=self.role, status=self.status, content=[part.to_wire() for part in self.parts])
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,8 @@ CAMERA_SAMPLE_FPS = 2.0  # a WebRTC camera, sampled as understanding sessions sa
 MAX_PENDING_TRANSCRIPTIONS = 4  # committed audio items waiting for the recogniser; more fail at once
 
 SessionState = Literal["active", "closed"]
-ResponseStatus = Literal["completed", "cancelled", "failed"]
+ResponseStatus = Literal["in_progress", "completed", "cancelled", "failed"]
+EndStatus = Literal["completed", "cancelled", "failed"]
 CancelReason = Literal["client_cancelled", "turn_detected"]
 
 
@@ -66,7 +67,7 @@ class _Response:
     answer: Answer
     item: Item
     part: Part
-    modality: str  # "text" or "audio"
+    modality: Literal["text", "audio"]
     cancel_reason: CancelReason = "client_cancelled"
 
     @property
@@ -84,22 +85,24 @@ def _audio_ms(part: Part) -> float:
     return pcm16_ms(part.audio, TALKER_SAMPLE_RATE)
 
 
-def usage_wire(usage: Usage | None) -> dict[str, Any] | None:
+def usage_wire(usage: Usage | None) -> proto.ResponseUsage | None:
     """The engine's count in the shape of OpenAI's RealtimeResponseUsage (what it does not count, null)."""
     if usage is None:
         return None
-    return {
-        "total_tokens": usage.input_tokens + usage.output_tokens,
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "input_token_details": {
-            "text_tokens": usage.input_text_tokens,
-            "audio_tokens": usage.input_audio_tokens,
-            "image_tokens": usage.input_image_tokens,
-            "cached_tokens": usage.input_cached_tokens,
-        },
-        "output_token_details": {"text_tokens": usage.output_text_tokens, "audio_tokens": usage.output_audio_tokens},
-    }
+    return proto.ResponseUsage(
+        total_tokens=usage.input_tokens + usage.output_tokens,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        input_token_details=proto.InputTokenDetails(
+            text_tokens=usage.input_text_tokens,
+            audio_tokens=usage.input_audio_tokens,
+            image_tokens=usage.input_image_tokens,
+            cached_tokens=usage.input_cached_tokens,
+        ),
+        output_token_details=proto.OutputTokenDetails(
+            text_tokens=usage.output_text_tokens, audio_tokens=usage.output_audio_tokens
+        ),
+    )
 
 
 @dataclass(kw_only=True)
@@ -346,7 +349,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         seconds = round(len(part.audio) / INPUT_BYTES_PER_MS / 1000, 3)
         self._emit(
             proto.TranscriptionCompleted(
-                item_id=item.id, transcript=transcript, usage={"type": "duration", "seconds": seconds}
+                item_id=item.id, transcript=transcript, usage=proto.DurationUsage(seconds=seconds)
             )
         )
 
@@ -566,7 +569,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         else:
             self.talker.flush()  # nothing of a response left to clear: no event
 
-    def _finish_response(self, response: _Response, status: ResponseStatus, error: str | None = None) -> None:
+    def _finish_response(self, response: _Response, status: EndStatus, error: str | None = None) -> None:
         """The .done events, innermost first, whatever ended the response; the item keeps what was said."""
         if self._response is not response:
             return
@@ -590,28 +593,28 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         position = items.index(item)
         return items[position - 1].id if position > 0 else None
 
-    def _part_wire(self, response: _Response) -> dict[str, Any]:
+    def _part_wire(self, response: _Response) -> proto.TextPart | proto.AudioPart:
         part = response.part
         if response.modality == "audio":
-            return {"type": "audio", "transcript": part.transcript or ""}
-        return {"type": "text", "text": part.text or ""}
+            return proto.AudioPart(transcript=part.transcript or "")
+        return proto.TextPart(text=part.text or "")
 
-    def _response_wire(self, response: _Response, status: str, error: str | None = None) -> dict[str, Any]:
-        wire: dict[str, Any] = {
-            "id": response.id,
-            "object": "realtime.response",
-            "status": status,
-            "status_details": None,
-            "output": [] if status == "in_progress" else [response.item.to_wire()],
-            "output_modalities": [response.modality],
-            "conversation_id": None,
-            "usage": None if status == "in_progress" else usage_wire(response.answer.usage),
-        }
+    def _response_wire(
+        self, response: _Response, status: ResponseStatus, error: str | None = None
+    ) -> proto.ResponseOut:
+        details: proto.CancelledDetails | proto.FailedDetails | None = None
         if status == "cancelled":
-            wire["status_details"] = {"type": "cancelled", "reason": response.cancel_reason}
+            details = proto.CancelledDetails(reason=response.cancel_reason)
         elif status == "failed":
-            wire["status_details"] = {"type": "failed", "error": {"type": proto.SERVER_ERROR, "message": error}}
-        return wire
+            details = proto.FailedDetails(error=proto.FailureError(type=proto.SERVER_ERROR, message=error))
+        return proto.ResponseOut(
+            id=response.id,
+            status=status,
+            status_details=details,
+            output=[] if status == "in_progress" else [response.item.to_wire()],
+            output_modalities=[response.modality],
+            usage=None if status == "in_progress" else usage_wire(response.answer.usage),
+        )
 
     # ----------------------------------------------------------------- media in (WebRTC)
 
