@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass
 
 from rtc_omni import patches
 from rtc_omni.bench.common import CpuMeter, start_server, stop, summary
-from rtc_omni.bench.understand import camera, measure_ingest
+from rtc_omni.bench.understand_latency import camera, measure_ingest
 from rtc_omni.client.media import ColourVideoTrack, ToneAudioTrack
-from rtc_omni.client.peer import UnderstandClient
+from rtc_omni.client.rtc_peers import UnderstandClient
 
 
 async def bench_turns(url: str, turns: int) -> tuple[list[float], list[float]]:

@@ -30,7 +30,7 @@ from aiortc import RTCPeerConnection, RTCRtpReceiver, RTCSessionDescription
 
 from rtc_omni import patches
 from rtc_omni.client.media import ColourVideoTrack, camera_send_fps
-from rtc_omni.client.peer import prefer_video_codec
+from rtc_omni.client.rtc_peers import prefer_video_codec
 from rtc_omni.media.images import fit_frame, frame_to_jpeg
 from rtc_omni.media.ingest import FrameSampler, iter_frames
 from rtc_omni.signaling.ice import rtc_configuration

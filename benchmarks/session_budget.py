@@ -69,7 +69,7 @@ talker.TalkerAudioTrack.write = write
 """
 NO_ANSWER = """
 from rtc_omni.engines import synthetic
-from rtc_omni.engines.base import TextDelta
+from rtc_omni.engines.engine import TextDelta
 async def generate(self, turn):
     yield TextDelta("ok")
 synthetic.SyntheticEngine.generate = generate

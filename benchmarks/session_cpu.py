@@ -27,7 +27,7 @@ import urllib.request
 from rtc_omni import patches
 from rtc_omni.bench.common import CpuMeter, server
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
-from rtc_omni.client.peer import UnderstandClient
+from rtc_omni.client.rtc_peers import UnderstandClient
 
 WARM_UP_S = 5.0
 

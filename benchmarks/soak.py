@@ -33,7 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rtc_omni import patches
 from rtc_omni.bench.common import server
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
-from rtc_omni.client.peer import GenerateClient, UnderstandClient
+from rtc_omni.client.rtc_peers import GenerateClient, UnderstandClient
 
 
 @dataclass

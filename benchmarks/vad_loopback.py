@@ -22,9 +22,9 @@ import numpy as np
 from rtc_omni import patches
 from rtc_omni.bench.common import silent_from, start_server, stop, summary
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ScriptedAudioTrack, speech48
-from rtc_omni.client.peer import UnderstandClient
+from rtc_omni.client.rtc_peers import UnderstandClient
 from rtc_omni.media.echo import EchoReference
-from rtc_omni.protocol.understand import TurnDetection
+from rtc_omni.protocol.understand_messages import TurnDetection
 from rtc_omni.sessions.turn_taking import ServerVad
 
 SENTENCES = ["What colour is this?", "Tell me what you can hear.", "Is anything moving?", "Stop, that is enough."]

@@ -36,7 +36,7 @@ from aiohttp.test_utils import TestServer
 from rtc_omni.app import create_app
 from rtc_omni.bench.common import silent_from, summary
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
-from rtc_omni.client.peer import GenerateClient, UnderstandClient
+from rtc_omni.client.rtc_peers import GenerateClient, UnderstandClient
 from rtc_omni.config import Settings
 from rtc_omni.signaling.keys import ENGINES
 

@@ -13,14 +13,14 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .bench.cli import add_arguments as add_bench_arguments
-from .bench.cli import main as run_bench
-from .client.peer import check_server_url
+from .bench.command import add_arguments as add_bench_arguments
+from .bench.command import main as run_bench
+from .client.rtc_peers import check_server_url
 from .config import add_settings_arguments, load_settings
 from .engines.vllm_runtime import INSTALL_HINT
 from .logs import configure_logging
-from .protocol.generate import VideoGenerationRequest, coerce_start_fields
-from .protocol.understand import SessionConfig
+from .protocol.generate_messages import VideoGenerationRequest, coerce_start_fields
+from .protocol.understand_messages import SessionConfig
 from .protocol.validation import FieldLabel, describe_validation_error, error_text
 from .serve import listen_error, refused, serve_process
 
@@ -107,7 +107,7 @@ def _print_now(text: str) -> None:
 async def _run_client(args: argparse.Namespace) -> int:
     from . import patches
     from .client.media import open_audio_source, open_video_source
-    from .client.peer import UnderstandClient
+    from .client.rtc_peers import UnderstandClient
 
     try:
         video = open_video_source(args.video, fps=args.fps, size=(args.width, args.height))
@@ -164,7 +164,7 @@ async def _run_client(args: argparse.Namespace) -> int:
 
 async def _run_generate(args: argparse.Namespace) -> int:
     from . import patches
-    from .client.peer import GenerateClient
+    from .client.rtc_peers import GenerateClient
 
     patches.apply(args.ice_address or patches.LOOPBACK)
     client = GenerateClient(args.server, video_codec=args.codec, out_path=args.out, token=args.token)

@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestServer
 from rtc_omni import patches
 from rtc_omni.app import create_app
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
-from rtc_omni.client.peer import UnderstandClient
+from rtc_omni.client.rtc_peers import UnderstandClient
 from rtc_omni.config import Settings
 from rtc_omni.engines import Engines, SyntheticEngine, SyntheticVideoEngine, create_engines
 from rtc_omni.engines.synthetic import tone_voice

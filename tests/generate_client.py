@@ -6,7 +6,7 @@ import contextlib
 from typing import Any
 
 from rtc_omni.client.media import VideoReceiver
-from rtc_omni.client.peer import GenerateClient
+from rtc_omni.client.rtc_peers import GenerateClient
 
 from .conftest import RunningServer
 from .waiting import wait_until

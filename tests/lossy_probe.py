@@ -27,7 +27,7 @@ from aiortc import RTCSessionDescription
 
 from rtc_omni.app import create_app
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ReceivedVideoFrame, ToneAudioTrack
-from rtc_omni.client.peer import GenerateClient, UnderstandClient
+from rtc_omni.client.rtc_peers import GenerateClient, UnderstandClient
 from rtc_omni.config import Settings
 from rtc_omni.engines import Engines, create_engines
 

@@ -14,11 +14,11 @@ from aiortc.codecs.vpx import vp8_depayload
 from aiortc.rtcdtlstransport import RTCDtlsTransport
 from aiortc.rtp import RtpPacket, is_rtcp
 
-from rtc_omni.bench import capacity, replay, report, run, understand, websocket
-from rtc_omni.bench.cli import plan_from
+from rtc_omni.bench import capacity, replay, report, run, understand_latency, websocket_baseline
+from rtc_omni.bench.command import plan_from
 from rtc_omni.cli import build_parser
 from rtc_omni.client.media import camera_send_bitrate
-from rtc_omni.client.peer import UnderstandClient
+from rtc_omni.client.rtc_peers import UnderstandClient
 from rtc_omni.config import Settings, load_settings
 
 from .conftest import ServerFactory
@@ -120,15 +120,15 @@ async def test_a_realtime_call_of_the_sweep_is_answered(make_server: ServerFacto
 def test_plots_without_matplotlib_fail_before_the_run(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from rtc_omni.bench import cli
+    from rtc_omni.bench import command
 
     async def no_run(plan: run.Plan, progress: object) -> None:  # the run must not start
         raise AssertionError("the benchmark ran")
 
     monkeypatch.setattr(run, "run", no_run)
-    monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name: None if name == "matplotlib" else object())
+    monkeypatch.setattr(command.importlib.util, "find_spec", lambda name: None if name == "matplotlib" else object())
     args = build_parser().parse_args(["bench", "--quick", "--plots", str(tmp_path)])
-    assert cli.main(args) == 2
+    assert command.main(args) == 2
     assert "--plots needs matplotlib: pip install 'rtc-omni[bench]'" in capsys.readouterr().err
 
 
@@ -206,9 +206,9 @@ def test_the_replayed_camera_sends_what_the_page_sends() -> None:
 
 @pytest.mark.media
 async def test_one_tiny_measurement_of_each_transport(server, tmp_path: Path) -> None:
-    connect = await understand.measure_connect(server.url, 1)
+    connect = await understand_latency.measure_connect(server.url, 1)
     assert len(connect.connected_s) == 1 and len(connect.first_ack_s) == 1
-    ws = await websocket.measure_websocket_ingest(server.url, 1.0)
+    ws = await websocket_baseline.measure_websocket_ingest(server.url, 1.0)
     assert ws.payload_bytes_per_s > 0
     result = run.Result(run.machine(), samples={"offer -> connected": connect.connected_s})
     result.figures["capacity"] = {"understand": [], "generate": []}

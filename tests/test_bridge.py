@@ -19,7 +19,7 @@ import simplejpeg
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from rtc_omni.client.peer import GenerateClient
+from rtc_omni.client.rtc_peers import GenerateClient
 from rtc_omni.config import Settings
 from rtc_omni.engines import (
     AudioChunk,

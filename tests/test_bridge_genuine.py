@@ -23,7 +23,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from rtc_omni.app import create_app
-from rtc_omni.client.peer import GenerateClient
+from rtc_omni.client.rtc_peers import GenerateClient
 from rtc_omni.config import Settings
 from rtc_omni.engines import create_engines
 

@@ -11,7 +11,7 @@ import pytest
 from aiortc.mediastreams import MediaStreamTrack, VideoStreamTrack
 
 from rtc_omni.client.media import FrameRateCap, camera_send_fps
-from rtc_omni.client.peer import UnderstandClient
+from rtc_omni.client.rtc_peers import UnderstandClient
 
 from .conftest import ClientFactory, RunningServer
 

@@ -13,7 +13,7 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 from aiortc import RTCPeerConnection, RTCSessionDescription
 
-from rtc_omni.client.peer import GenerateClient, SignalingError, UnderstandClient
+from rtc_omni.client.rtc_peers import GenerateClient, SignalingError, UnderstandClient
 from rtc_omni.signaling.capabilities import RedactingAccessLogger
 from rtc_omni.signaling.ice import rtc_configuration
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from rtc_omni.metrics import REGISTRY
-from rtc_omni.signaling import peer
+from rtc_omni.signaling import peer_session
 
 from .conftest import ClientFactory, ServerFactory
 from .waiting import server_tasks, wait_until
@@ -23,7 +23,7 @@ OVERFLOWS = "rtc_omni_datachannel_overflows_total"
 async def test_a_peer_that_acknowledges_no_events_is_closed(
     make_server: ServerFactory, make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(peer, "MAX_CHANNEL_BUFFERED_BYTES", 16 * 1024)  # 1 MiB takes 70,000 pongs
+    monkeypatch.setattr(peer_session, "MAX_CHANNEL_BUFFERED_BYTES", 16 * 1024)  # 1 MiB takes 70,000 pongs
     server = await make_server()
     client = await make_client(server, colour=None, tone=None, config={"modalities": ["text"]})
     before = REGISTRY.get_sample_value(OVERFLOWS) or 0.0

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from rtc_omni.client.peer import GenerateClient
+from rtc_omni.client.rtc_peers import GenerateClient
 from rtc_omni.media.frames import normalize_videos, split_videos
-from rtc_omni.protocol.generate import VideoGenerationRequest, coerce_start_fields
+from rtc_omni.protocol.generate_messages import VideoGenerationRequest, coerce_start_fields
 
 from .conftest import ServerFactory
 
@@ -97,7 +97,7 @@ async def test_start_timeout_ends_the_session(make_server: ServerFactory) -> Non
 
 
 async def test_a_generate_offer_without_video_is_refused(make_server: ServerFactory) -> None:
-    from rtc_omni.client.peer import ControlClient, SignalingError
+    from rtc_omni.client.rtc_peers import ControlClient, SignalingError
 
     server = await make_server()
     client = ControlClient(server.url)

@@ -12,7 +12,7 @@ import av
 import numpy as np
 import pytest
 
-from rtc_omni.client.peer import GenerateClient
+from rtc_omni.client.rtc_peers import GenerateClient
 from rtc_omni.engines import GenerateRequest, SyntheticVideoEngine, VideoChunk
 from rtc_omni.media import blockcode
 

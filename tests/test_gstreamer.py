@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from rtc_omni.client.peer import GenerateClient
+from rtc_omni.client.rtc_peers import GenerateClient
 
 from .conftest import RunningServer, ServerFactory
 from .tools import require_loopback_namespace, unavailable

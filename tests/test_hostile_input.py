@@ -18,7 +18,7 @@ from PIL import Image
 
 from rtc_omni.app import create_app
 from rtc_omni.client.media import COLOURS, ColourVideoTrack
-from rtc_omni.client.peer import GenerateClient, UnderstandClient
+from rtc_omni.client.rtc_peers import GenerateClient, UnderstandClient
 from rtc_omni.config import Settings
 
 from .conftest import FAST_SETTINGS, RunningServer, http_json

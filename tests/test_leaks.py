@@ -15,7 +15,7 @@ import pytest
 from aiortc import RTCPeerConnection
 
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
-from rtc_omni.client.peer import UnderstandClient
+from rtc_omni.client.rtc_peers import UnderstandClient
 
 from .conftest import RunningServer, http_json
 from .waiting import server_tasks, wait_until

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from rtc_omni.client.peer import SignalingError, UnderstandClient
+from rtc_omni.client.rtc_peers import SignalingError, UnderstandClient
 
 from .conftest import ClientFactory, RunningServer, ServerFactory, http_json
 from .waiting import server_tasks, wait_until

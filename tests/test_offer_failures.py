@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from rtc_omni.client.peer import ControlClient, GenerateClient
-from rtc_omni.signaling import peer as peer_module
+from rtc_omni.client.rtc_peers import ControlClient, GenerateClient
+from rtc_omni.signaling import peer_session as peer_module
 
 from .conftest import RunningServer, ServerFactory, http_json
 from .whip_client import SDP, http_raw, publisher_offer

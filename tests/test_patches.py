@@ -20,7 +20,7 @@ from aiortc.rtcsctptransport import DataChunk, RTCSctpTransport
 from aiortc.rtp import RtpPacket
 
 from rtc_omni import patches
-from rtc_omni.patches import decoding, ice, jitter, sctp
+from rtc_omni.patches import decoding, ice_candidates, jitter, sctp
 from rtc_omni.patches.codecs import negotiated_codecs
 from rtc_omni.signaling.ice import rtc_configuration
 
@@ -32,14 +32,14 @@ def parameters(function: object) -> list[str]:
 def test_every_patch_is_installed_once_and_on_the_names_it_replaces() -> None:
     patches.apply()
     patches.apply()
-    assert aioice.ice.get_host_addresses is ice.host_addresses
-    assert isinstance(aioice.ice.asyncio, ice.AsyncioForAioice)
-    assert aioice.ice.Connection.close is ice.close_unless_media_arrives
+    assert aioice.ice.get_host_addresses is ice_candidates.host_addresses
+    assert isinstance(aioice.ice.asyncio, ice_candidates.AsyncioForAioice)
+    assert aioice.ice.Connection.close is ice_candidates.close_unless_media_arrives
     assert RTCSctpTransport._receive_data_chunk is sctp.receive_data_chunk_bounded  # type: ignore[comparison-overlap]
     assert aiortc.rtcrtpreceiver.decoder_worker is decoding.decoder_worker
     # What each wraps is still the library's own, with the signature the patch calls.
-    assert parameters(ice.AIOICE_HOST_ADDRESSES) == ["use_ipv4", "use_ipv6"]
-    assert parameters(ice.AIOICE_CLOSE) == ["self"]
+    assert parameters(ice_candidates.AIOICE_HOST_ADDRESSES) == ["use_ipv4", "use_ipv6"]
+    assert parameters(ice_candidates.AIOICE_CLOSE) == ["self"]
     assert parameters(sctp.AIORTC_RECEIVE_DATA_CHUNK) == ["self", "chunk"]
     assert parameters(decoding.AIORTC_DECODER_WORKER) == ["loop", "input_q", "output_q", "decode_error"]
 
@@ -63,8 +63,8 @@ def test_aioice_consent_loop_still_ends_in_close_and_keeps_its_task() -> None:
     `query_consent()` and stores the task where aioice's close() cancels it."""
     source = inspect.getsource(aioice.ice.Connection.query_consent)
     assert "self._query_consent_task = None" in source and "return await self.close()" in source
-    assert "self._query_consent_task" in inspect.getsource(ice.AIOICE_CLOSE)
-    assert aioice.ice.Connection.query_consent.__code__ is ice._CONSENT_LOOP
+    assert "self._query_consent_task" in inspect.getsource(ice_candidates.AIOICE_CLOSE)
+    assert aioice.ice.Connection.query_consent.__code__ is ice_candidates._CONSENT_LOOP
 
 
 async def test_aiortc_ice_transport_exposes_its_aioice_connection() -> None:

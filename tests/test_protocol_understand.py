@@ -1,10 +1,10 @@
-"""protocol/understand.py: session.config's defaults, aliases and ranges; the frame ack's shape."""
+"""protocol/understand_messages.py: session.config's defaults, aliases and ranges; the frame ack's shape."""
 
 from __future__ import annotations
 
 import pytest
 
-from rtc_omni.protocol.understand import FrameAck, SessionConfig
+from rtc_omni.protocol.understand_messages import FrameAck, SessionConfig
 
 
 def test_session_config_defaults_aliases_and_ranges() -> None:

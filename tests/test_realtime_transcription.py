@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from rtc_omni.engines import whisper
-from rtc_omni.engines.base import EngineError
+from rtc_omni.engines.engine import EngineError
 from rtc_omni.engines.synthetic import SyntheticEngine
 from rtc_omni.engines.vllm_omni import TRANSCRIBE_PROMPT, OmniUnderstandEngine
 from rtc_omni.sessions.realtime import MAX_PENDING_TRANSCRIPTIONS

@@ -8,7 +8,7 @@ import re
 import aiohttp
 import pytest
 
-from rtc_omni.client.peer import UnderstandClient
+from rtc_omni.client.rtc_peers import UnderstandClient
 
 from .conftest import ClientFactory, RunningServer, ServerFactory, http_json
 from .waiting import server_tasks, wait_until

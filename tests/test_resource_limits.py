@@ -23,12 +23,12 @@ from yarl import URL
 
 from rtc_omni.config import Settings
 from rtc_omni.engines import create_engines
-from rtc_omni.engines.base import EngineError, GenerateRequest, TurnFrame, UnderstandTurn
+from rtc_omni.engines.engine import EngineError, GenerateRequest, TurnFrame, UnderstandTurn
 from rtc_omni.media.images import fitted_size
 from rtc_omni.media.ingest import ingest_video
 from rtc_omni.media.recorder import Mp4Recorder
-from rtc_omni.protocol import generate as generate_proto
-from rtc_omni.protocol import understand as understand_proto
+from rtc_omni.protocol import generate_messages as generate_proto
+from rtc_omni.protocol import understand_messages as understand_proto
 from rtc_omni.sessions.recordings import RecordingsFull, RecordingStore
 
 from .conftest import FAST_SETTINGS, ClientFactory, RunningServer, ServerFactory, WsFactory
@@ -140,7 +140,7 @@ OVERSIZED_STARTS = [
 async def test_oversized_generations_are_refused_and_the_datachannel_session_goes_on(
     make_server: ServerFactory,
 ) -> None:
-    from rtc_omni.client.peer import GenerateClient
+    from rtc_omni.client.rtc_peers import GenerateClient
 
     server = await make_server(synthetic_chunk_frames=5, synthetic_first_chunk_latency=0.05)
     client = GenerateClient(server.url)

@@ -15,8 +15,8 @@ from PIL import Image
 
 from rtc_omni.config import Settings
 from rtc_omni.engines import SyntheticEngine, SyntheticVideoEngine
-from rtc_omni.protocol import generate as generate_proto
-from rtc_omni.protocol import understand as understand_proto
+from rtc_omni.protocol import generate_messages as generate_proto
+from rtc_omni.protocol import understand_messages as understand_proto
 from rtc_omni.protocol.codec import Refusal, UnknownMessage
 from rtc_omni.sessions.generate import GenerateSession
 from rtc_omni.sessions.inbox import Inbox, WorkItem

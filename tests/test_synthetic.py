@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from rtc_omni.engines.base import TurnFrame
+from rtc_omni.engines.engine import TurnFrame
 from rtc_omni.engines.synthetic import colour_name, dominant_frequency, espeak_voice, motion_score, tone_voice
 
 

@@ -18,7 +18,7 @@ import pytest
 from aiortc import RTCIceServer
 
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
-from rtc_omni.client.peer import UnderstandClient
+from rtc_omni.client.rtc_peers import UnderstandClient
 from rtc_omni.signaling.ice import advertise_public_addresses, turn_rest_credentials
 
 from .conftest import RunningServer, ServerFactory, http_json

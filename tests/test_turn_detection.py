@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ScriptedAudioTrack, speech48
-from rtc_omni.client.peer import UnderstandClient
+from rtc_omni.client.rtc_peers import UnderstandClient
 from rtc_omni.media.vad import VoiceActivityDetector
 
 from .conftest import RunningServer, ServerFactory

@@ -213,7 +213,7 @@ async def test_a_newest_frame_that_fails_to_encode_leaves_the_turn_the_buffered_
 
 @pytest.mark.parametrize("kind", ["talk", "nonsense"])
 async def test_unknown_session_kind_is_refused(server: RunningServer, make_client: ClientFactory, kind: str) -> None:
-    from rtc_omni.client.peer import SignalingError, UnderstandClient
+    from rtc_omni.client.rtc_peers import SignalingError, UnderstandClient
 
     client = UnderstandClient(server.url)
     try:

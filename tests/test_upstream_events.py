@@ -21,37 +21,41 @@ from rtc_omni.engines import (
     UpstreamPool,
 )
 from rtc_omni.engines.remote import RemoteGenerateEngine
-from rtc_omni.protocol import generate, understand
+from rtc_omni.protocol import generate_messages, understand_messages
 from rtc_omni.protocol.codec import MalformedEvent, UnknownEvent
 
 from .upstreams import scripted_upstream
 
 # Each event as vLLM-Omni sends it (no request_id on `response.*`), and what the engine reads in it.
 UNDERSTAND_EVENTS: list[tuple[dict[str, Any], type[BaseModel], dict[str, Any]]] = [
-    ({"type": "response.start"}, understand.ResponseStart, {}),
-    ({"type": "response.text.delta", "delta": "It is "}, understand.TextDeltaEvent, {"delta": "It is "}),
-    ({"type": "response.text.done", "text": "It is red."}, understand.TextDone, {"text": "It is red."}),
+    ({"type": "response.start"}, understand_messages.ResponseStart, {}),
+    ({"type": "response.text.delta", "delta": "It is "}, understand_messages.TextDeltaEvent, {"delta": "It is "}),
+    ({"type": "response.text.done", "text": "It is red."}, understand_messages.TextDone, {"text": "It is red."}),
     (
         {"type": "response.audio.delta", "data": "UklGRg==", "format": "wav"},
-        understand.AudioDeltaEvent,
+        understand_messages.AudioDeltaEvent,
         {"data": "UklGRg=="},
     ),
-    ({"type": "response.output_audio.delta", "data": "UklGRg=="}, understand.AudioDeltaEvent, {"data": "UklGRg=="}),
-    ({"type": "response.audio.done"}, understand.AudioDone, {}),
-    ({"type": "response.output_audio.done"}, understand.AudioDone, {}),
-    ({"type": "error", "message": "Query processing failed"}, understand.ErrorEvent, {"detail": None}),
+    (
+        {"type": "response.output_audio.delta", "data": "UklGRg=="},
+        understand_messages.AudioDeltaEvent,
+        {"data": "UklGRg=="},
+    ),
+    ({"type": "response.audio.done"}, understand_messages.AudioDone, {}),
+    ({"type": "response.output_audio.done"}, understand_messages.AudioDone, {}),
+    ({"type": "error", "message": "Query processing failed"}, understand_messages.ErrorEvent, {"detail": None}),
     (
         {"type": "error", "message": "Query processing failed", "detail": "down"},
-        understand.ErrorEvent,
+        understand_messages.ErrorEvent,
         {"detail": "down"},
     ),
-    ({"type": "pong"}, understand.Pong, {}),
-    ({"type": "session.done"}, understand.SessionDone, {}),
+    ({"type": "pong"}, understand_messages.Pong, {}),
+    ({"type": "session.done"}, understand_messages.SessionDone, {}),
 ]
 GENERATE_EVENTS: list[tuple[dict[str, Any], type[BaseModel], dict[str, Any]]] = [
     (
         {"type": "video.start", "request_id": "video_stream-1", "format": "m4s", "config": {"prompt": "red"}},
-        generate.VideoStart,
+        generate_messages.VideoStart,
         {"request_id": "video_stream-1"},
     ),
     (
@@ -67,7 +71,7 @@ GENERATE_EVENTS: list[tuple[dict[str, Any], type[BaseModel], dict[str, Any]]] = 
             "active_event_ids": ["ui-42"],
             "completed_event_ids": [],
         },
-        generate.VideoChunkMetadata,
+        generate_messages.VideoChunkMetadata,
         {"generation_chunk_index": 6, "started_event_ids": ["ui-42"], "completed_event_ids": []},
     ),
     (
@@ -79,32 +83,32 @@ GENERATE_EVENTS: list[tuple[dict[str, Any], type[BaseModel], dict[str, Any]]] = 
             "num_frames": 0,
             "started_event_ids": None,
         },
-        generate.VideoChunkMetadata,
+        generate_messages.VideoChunkMetadata,
         {"kind": "trailer", "generation_chunk_index": None, "started_event_ids": []},
     ),
     (
         {"type": "session.interaction.queued", "request_id": "r", "event_id": "ui-42"},
-        generate.InteractionQueued,
+        generate_messages.InteractionQueued,
         {"event_id": "ui-42", "apply_from_chunk": None},
     ),
     (
         {"type": "error", "request_id": "r", "event_id": "ui-42", "code": "interaction_failed", "message": "no"},
-        generate.GenerateError,
+        generate_messages.GenerateError,
         {"code": "interaction_failed", "event_id": "ui-42", "message": "no"},
     ),
     (
         {"type": "session.done", "request_id": "r", "chunks": 3, "stopped": False},
-        generate.GenerationDone,
+        generate_messages.GenerationDone,
         {"frames": None},
     ),
-    ({"type": "session.pong"}, generate.SessionPong, {}),
+    ({"type": "session.pong"}, generate_messages.SessionPong, {}),
 ]
 
 
 @pytest.mark.parametrize(
     ("decode", "wire", "model", "read"),
-    [(understand.decode_server_event, *case) for case in UNDERSTAND_EVENTS]
-    + [(generate.decode_server_event, *case) for case in GENERATE_EVENTS],
+    [(understand_messages.decode_server_event, *case) for case in UNDERSTAND_EVENTS]
+    + [(generate_messages.decode_server_event, *case) for case in GENERATE_EVENTS],
     ids=[f"understand-{case[0]['type']}" for case in UNDERSTAND_EVENTS]
     + [f"generate-{case[0]['type']}" for case in GENERATE_EVENTS],
 )
@@ -133,7 +137,7 @@ def test_each_event_the_engine_reads_parses_to_its_model(
     ],
 )
 def test_what_does_not_fit_is_told_apart_and_never_raises(raw: str, parsed: BaseModel) -> None:
-    assert understand.decode_server_event(raw) == parsed
+    assert understand_messages.decode_server_event(raw) == parsed
 
 
 async def _answer(turn_events: list[Any]) -> str:
@@ -142,8 +146,10 @@ async def _answer(turn_events: list[Any]) -> str:
     def reply(message: dict[str, Any]) -> list[Any]:
         return turn_events if message["type"] == "video.query" else []
 
-    async with scripted_upstream(understand.WEBSOCKET_PATH, reply) as url:
-        engine = RemoteUnderstandEngine(UpstreamPool([url], understand.WEBSOCKET_PATH, 10.0, 2.0, health_interval_s=0))
+    async with scripted_upstream(understand_messages.WEBSOCKET_PATH, reply) as url:
+        engine = RemoteUnderstandEngine(
+            UpstreamPool([url], understand_messages.WEBSOCKET_PATH, 10.0, 2.0, health_interval_s=0)
+        )
         frame = TurnFrame(frame_id=None, pts_ms=None, jpeg=b"\xff\xd8 a frame")
         turn = UnderstandTurn(request_id="t", frames=[frame], audio_pcm16=b"", query="?", modalities=("text",))
         try:
@@ -202,8 +208,10 @@ def _generation(events_after_start: list[Any]) -> Callable[[dict[str, Any]], lis
 
 async def _generate(reply: Callable[[dict[str, Any]], list[Any]], interact: bool = False) -> int | None:
     """Run one remote generation against `reply`; the chunk an interaction applies from, if one was sent."""
-    async with scripted_upstream(generate.WEBSOCKET_PATH, reply) as url:
-        engine = RemoteGenerateEngine(UpstreamPool([url], generate.WEBSOCKET_PATH, 10.0, 2.0, health_interval_s=0))
+    async with scripted_upstream(generate_messages.WEBSOCKET_PATH, reply) as url:
+        engine = RemoteGenerateEngine(
+            UpstreamPool([url], generate_messages.WEBSOCKET_PATH, 10.0, 2.0, health_interval_s=0)
+        )
         request = GenerateRequest(request_id="g", prompt="red", width=64, height=48, num_frames=8, fps=8)
         try:
             run = asyncio.ensure_future(asyncio.wait_for(_drain(engine.generate(request)), 10))

@@ -6,8 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from rtc_omni.config import SettingsError, load_settings
-from rtc_omni.protocol import generate as generate_proto
-from rtc_omni.protocol import understand as understand_proto
+from rtc_omni.protocol import generate_messages as generate_proto
+from rtc_omni.protocol import understand_messages as understand_proto
 from rtc_omni.protocol.validation import describe_validation_error, error_text
 
 from .conftest import RunningServer, http_json

@@ -8,7 +8,7 @@ import pytest
 from aiortc.rtp import RTCP_PSFB_APP, AnyRtcpPacket, RtcpPsfbPacket, unpack_remb_fci
 
 from rtc_omni.client.media import COLOURS, ColourVideoTrack
-from rtc_omni.client.peer import UnderstandClient
+from rtc_omni.client.rtc_peers import UnderstandClient
 from rtc_omni.signaling.bitrate import video_bandwidth_lines
 
 from .conftest import ServerFactory

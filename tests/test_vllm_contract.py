@@ -42,7 +42,7 @@ from vllm_omni.outputs import OmniRequestOutput  # noqa: E402
 from vllm_omni.outputs.mm_outputs import MultimodalCompletionOutput, MultimodalPayload  # noqa: E402
 
 from rtc_omni.config import Settings  # noqa: E402
-from rtc_omni.engines.base import GenerateRequest, TurnFrame, UnderstandTurn  # noqa: E402
+from rtc_omni.engines.engine import GenerateRequest, TurnFrame, UnderstandTurn  # noqa: E402
 from rtc_omni.engines.vllm_cpu import PLATFORM  # noqa: E402
 from rtc_omni.engines.vllm_cpu.deploy import LAYOUTS, cpu_deploy_config, shipped_deploy_dir  # noqa: E402
 from rtc_omni.engines.vllm_omni import (  # noqa: E402

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rtc_omni.client.peer import GenerateClient
+from rtc_omni.client.rtc_peers import GenerateClient
 
 from .vllm_cpu.serving import (
     MARKS,

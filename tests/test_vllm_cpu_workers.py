@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from rtc_omni.client.peer import UnderstandClient
+from rtc_omni.client.rtc_peers import UnderstandClient
 
 from .vllm_cpu.serving import (
     MARKS,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import simplejpeg
 
-from rtc_omni.client.peer import GenerateClient
+from rtc_omni.client.rtc_peers import GenerateClient
 from rtc_omni.config import DEFAULT_TALKER_PACKET_MS
 from rtc_omni.engines.vllm_omni import CODEC_FRAME_SAMPLES, OmniGenerateEngine, OmniUnderstandEngine
 from rtc_omni.pcm import TALKER_SAMPLE_RATE
@@ -293,7 +293,7 @@ def test_the_leading_edge_is_cut_only_from_a_long_enough_first_block() -> None:
 
 
 def test_the_md5_uuid_names_the_jpeg_bytes() -> None:
-    from rtc_omni.engines.base import TurnFrame, UnderstandTurn
+    from rtc_omni.engines.engine import TurnFrame, UnderstandTurn
     from rtc_omni.engines.vllm_omni import build_messages
 
     jpeg = simplejpeg.encode_jpeg(np.zeros((4, 4, 3), np.uint8))
@@ -316,7 +316,7 @@ def test_a_clip_too_short_for_the_models_audio_encoder_is_padded_with_silence() 
     import io
     import wave
 
-    from rtc_omni.engines.base import UnderstandTurn
+    from rtc_omni.engines.engine import UnderstandTurn
     from rtc_omni.engines.vllm_omni import build_messages
 
     def sent_samples(pcm16: bytes) -> np.ndarray:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rtc_omni.client.peer import GenerateClient
-from rtc_omni.signaling import peer as peer_module
+from rtc_omni.client.rtc_peers import GenerateClient
+from rtc_omni.signaling import peer_session as peer_module
 
 from .conftest import ClientFactory, ServerFactory, http_json
 from .generate_client import received_through

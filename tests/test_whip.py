@@ -9,7 +9,7 @@ import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from yarl import URL
 
-from rtc_omni.client.peer import SignalingError, UnderstandClient
+from rtc_omni.client.rtc_peers import SignalingError, UnderstandClient
 from rtc_omni.signaling.ice import rtc_configuration
 
 from .conftest import RunningServer, ServerFactory, http_json

@@ -118,7 +118,7 @@ async def test_ffmpeg_publisher_outlives_consent_expiry_and_is_freed_when_killed
     make_server: ServerFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(aioice.ice, "CONSENT_INTERVAL", CONSENT_INTERVAL_S)
-    caplog.set_level(logging.INFO, logger="rtc_omni.patches.ice")
+    caplog.set_level(logging.INFO, logger="rtc_omni.patches.ice_candidates")
     server = await make_server(auth_token=TOKEN, publisher_media_timeout=MEDIA_TIMEOUT_S)
     publisher = await start_publisher(server, tmp_path, 2 * LONG_PUBLISH_S)
     try:

@@ -24,7 +24,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from rtc_omni.client.peer import SignalingError, UnderstandClient
+from rtc_omni.client.rtc_peers import SignalingError, UnderstandClient
 from rtc_omni.config import SettingsError, load_settings
 from rtc_omni.workers.engine_process import EngineProcess, EngineStartError, engine_settings, remote_settings
 from rtc_omni.workers.supervisor import worker_settings

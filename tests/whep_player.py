@@ -8,7 +8,7 @@ from aiortc import RTCPeerConnection, RTCRtpReceiver, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
 from rtc_omni.client.media import AudioRecorder, VideoReceiver
-from rtc_omni.client.peer import ControlClient
+from rtc_omni.client.rtc_peers import ControlClient
 from rtc_omni.signaling.ice import rtc_configuration
 
 from .conftest import RunningServer

@@ -10,7 +10,7 @@ import aiohttp
 from aiortc import RTCPeerConnection
 
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
-from rtc_omni.client.peer import UnderstandClient
+from rtc_omni.client.rtc_peers import UnderstandClient
 from rtc_omni.signaling.ice import rtc_configuration
 
 from .conftest import RunningServer

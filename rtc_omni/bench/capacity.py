@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..client.peer import GenerateClient, MediaClient, RealtimeClient, UnderstandClient
-from ..protocol.understand import SessionConfig
+from ..client.rtc_peers import GenerateClient, MediaClient, RealtimeClient, UnderstandClient
+from ..protocol.understand_messages import SessionConfig
 from .common import CpuMeter, ack_latencies, percentile, process_tree
-from .generate import FPS, HEIGHT, WIDTH
+from .generate_throughput import FPS, HEIGHT, WIDTH
 from .replay import ReplayTrack, replaying_client
 
 SAMPLE_FPS: float = SessionConfig.model_fields["sample_fps"].default

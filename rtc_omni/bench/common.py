@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..client.media import AudioRecorder
-from ..client.peer import ControlClient
+from ..client.rtc_peers import ControlClient
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

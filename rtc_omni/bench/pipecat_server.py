@@ -1,7 +1,7 @@
 """Another Python WebRTC server to compare CPU with: pipecat's SmallWebRTCTransport doing the same
 ingest (camera sampled at rtc-omni's rate, mic) plus an audio echo, on 127.0.0.1 only.
 
-Run by `rtc_omni.bench.peer` with an interpreter that has `pipecat-ai[webrtc]` (the `[bench]`
+Run by `rtc_omni.bench.pipecat_peer` with an interpreter that has `pipecat-ai[webrtc]` (the `[bench]`
 extra's pin); it speaks our offer endpoint's shape so the same headless client connects to it.
 Usage: python pipecat_server.py PORT SAMPLE_FPS
 

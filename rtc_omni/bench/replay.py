@@ -22,10 +22,10 @@ import numpy as np
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from ..client.media import AUDIO_RATE, camera_send_bitrate, camera_send_fps
-from ..client.peer import DEFAULT_SAMPLE_FPS, MediaClient
+from ..client.rtc_peers import DEFAULT_SAMPLE_FPS, MediaClient
 from ..config import TALKER_PACKET_MS_CHOICES as PACKET_MS_CHOICES
 from ..signaling.ptime import asked_ptime_ms
-from .understand import CAMERA, camera
+from .understand_latency import CAMERA, camera
 
 LOOP_SECONDS = 4  # whole seconds, so the mic's tone loops without a click
 # What a camera sends a session at the default sampling rate (the page's maxFramerate, the headless

@@ -11,7 +11,7 @@ from typing import Any
 
 import aiortc
 
-from . import capacity, generate, peer, understand, websocket
+from . import capacity, generate_throughput, pipecat_peer, understand_latency, websocket_baseline
 from .common import server, stats_ms
 
 
@@ -93,7 +93,7 @@ async def _latencies(plan: Plan, result: Result, progress: Callable[[str], None]
     fig = result.figures
     with server() as (_, url):
         progress("connect")
-        connect = await understand.measure_connect(url, plan.connects)
+        connect = await understand_latency.measure_connect(url, plan.connects)
         fig["connect"] = {
             "offer_to_connected_ms": _latency(result, "offer -> connected", connect.connected_s),
             "offer_to_first_ack_ms": _latency(result, "offer -> first ack", connect.first_ack_s),
@@ -101,13 +101,13 @@ async def _latencies(plan: Plan, result: Result, progress: Callable[[str], None]
         fig["ingest"] = {}
         for codec in plan.codecs:
             progress(f"ingest {codec}")
-            ingest = await understand.measure_ingest(url, codec, plan.seconds)
+            ingest = await understand_latency.measure_ingest(url, codec, plan.seconds)
             fig["ingest"][codec] = {
                 "frame_to_ack_ms": _latency(result, f"RTP frame -> ack ({codec})", ingest.ack_s),
                 "payload_bytes_per_s": round(ingest.payload_bytes_per_s),
             }
         progress("WebSocket ingest")
-        ws = await websocket.measure_websocket_ingest(url, plan.seconds)
+        ws = await websocket_baseline.measure_websocket_ingest(url, plan.seconds)
         webrtc = fig["ingest"]["vp8"]
         ws_ack = _latency(result, "WebSocket frame -> ack", ws.ack_s)
         fig["websocket"] = {
@@ -118,16 +118,16 @@ async def _latencies(plan: Plan, result: Result, progress: Callable[[str], None]
             "ack_p95_ratio_ws_to_webrtc": _ratio(ws_ack, webrtc["frame_to_ack_ms"], "p95"),
         }
         progress("engine audio -> peer")
-        audio = await understand.measure_audio_out(url, plan.audio_turns)
+        audio = await understand_latency.measure_audio_out(url, plan.audio_turns)
         fig["engine_to_wire"] = {"audio_chunk_to_decoded_ms": _latency(result, "engine audio -> decoded", audio)}
         progress("interrupt")
-        interrupts = await understand.measure_interrupt(url, plan.interrupts)
+        interrupts = await understand_latency.measure_interrupt(url, plan.interrupts)
         fig["interrupt_to_silence_ms"] = _latency(result, "interrupt -> silence", interrupts)
     fig["generate"] = {}
     for codec in plan.codecs:
         progress(f"generate {codec}")
-        stream = await generate.measure_throughput(codec, plan.generate_seconds)
-        frames = await generate.measure_frame_latency(codec, plan.generate_chunks)
+        stream = await generate_throughput.measure_throughput(codec, plan.generate_seconds)
+        frames = await generate_throughput.measure_frame_latency(codec, plan.generate_chunks)
         fig["generate"][codec] = asdict(stream)
         fig["engine_to_wire"][f"video_frame_to_decoded_{codec}_ms"] = _latency(
             result, f"engine video -> decoded ({codec})", frames
@@ -157,7 +157,7 @@ async def _capacity(plan: Plan, result: Result, progress: Callable[[str], None])
         await _sweep_sessions(plan, url, process.pid, idle, out, result, progress)
     if plan.sessions_only:
         return out
-    with server([*plan.server_args, *generate.FAST_ENGINE]) as (process, url):
+    with server([*plan.server_args, *generate_throughput.FAST_ENGINE]) as (process, url):
         for n in plan.generate_streams:
             progress(f"capacity: {n} generation streams")
             point = await capacity.generate_point(url, process.pid, n, plan.capacity_seconds)
@@ -207,18 +207,18 @@ def _point(point: capacity.CapacityPoint, idle_cpu: float | None = None) -> dict
 async def _peer(plan: Plan, python: str, cap: dict[str, Any], progress: Callable[[str], None]) -> dict[str, Any]:
     """The same replayed peers against pipecat at each N of `plan.peer_sessions`, beside rtc-omni's
     point of each mode at that N from the sweep (measured here if the sweep stopped before it)."""
-    reason = peer.unavailable(python)
+    reason = pipecat_peer.unavailable(python)
     if reason is not None:
         return {"skipped": reason}
     points = []
     for n in plan.peer_sessions:
         ours = {name: await _ours_at(plan, cap, name, n, progress) for name in plan.modes}
         progress(f"pipecat: {n} sessions")
-        theirs = await peer.measure(python, n, plan.capacity_seconds)
+        theirs = await pipecat_peer.measure(python, n, plan.capacity_seconds)
         pipecat = theirs["server_cpu_s_per_s_per_session"]
         ratios = {name: round(pipecat / mine, 2) if mine else None for name, mine in ours.items()}
         points.append({**theirs, "rtc_omni_server_cpu_s_per_s_per_session": ours, "ratio": ratios})
-    return {"name": "pipecat SmallWebRTCTransport " + peer.PIPECAT.split("==")[1], "points": points}
+    return {"name": "pipecat SmallWebRTCTransport " + pipecat_peer.PIPECAT.split("==")[1], "points": points}
 
 
 async def _ours_at(plan: Plan, cap: dict[str, Any], name: str, n: int, progress: Callable[[str], None]) -> float:

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from ..config import Settings
 from ..pcm import INPUT_SAMPLE_RATE, TALKER_SAMPLE_RATE
-from ..protocol import generate as generate_proto
-from ..protocol import understand as understand_proto
+from ..protocol import generate_messages as generate_proto
+from ..protocol import understand_messages as understand_proto
 from . import whisper
-from .base import (
+from .engine import (
     AudioChunk,
     EngineError,
     GenerateEngine,

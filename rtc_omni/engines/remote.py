@@ -29,10 +29,10 @@ from aiohttp import WSCloseCode
 
 from ..media.fmp4 import FragmentedMp4Decoder
 from ..pcm import TALKER_SAMPLE_RATE, pcm16_to_float
-from ..protocol import generate as generate_proto
-from ..protocol import understand as understand_proto
+from ..protocol import generate_messages as generate_proto
+from ..protocol import understand_messages as understand_proto
 from ..protocol.codec import DecodedEvent, MalformedEvent
-from .base import (
+from .engine import (
     AudioChunk,
     ChunkEvents,
     ContextLost,

@@ -23,7 +23,7 @@ import av
 import numpy as np
 
 from ..pcm import INPUT_SAMPLE_RATE, TALKER_SAMPLE_RATE, pcm16_to_float
-from .base import (
+from .engine import (
     AudioChunk,
     TextDelta,
     Transcriber,

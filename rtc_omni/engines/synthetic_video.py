@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..media import blockcode
-from .base import GenerateRequest, VideoChunk
+from .engine import GenerateRequest, VideoChunk
 
 PROMPT_COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (220, 30, 30),

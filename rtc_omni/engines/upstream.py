@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from .base import EngineError
+from .engine import EngineError
 
 logger = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ from typing import Any
 
 import aiohttp
 
-from ..protocol import understand as understand_proto
+from ..protocol import understand_messages as understand_proto
 from ..protocol.codec import DecodedEvent, MalformedEvent, ServerEvent, UnknownEvent
-from .base import ContextLost, EngineError, LiveSettings
+from .engine import ContextLost, EngineError, LiveSettings
 from .upstream import Upstream, UpstreamPool
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from PIL import Image
 from ..media.wav import wav_base64
 from ..pcm import INPUT_SAMPLE_RATE
 from ..protocol.validation import error_text
-from .base import (
+from .engine import (
     AudioChunk,
     ChunkEvents,
     EngineError,

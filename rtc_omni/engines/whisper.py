@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..pcm import INPUT_SAMPLE_RATE, pcm16_to_float
-from .base import EngineError
+from .engine import EngineError
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ tests/test_patches.py fails loudly when an aiortc or aioice release changes any 
 
 | module | library | what |
 |---|---|---|
-| ice.py | aioice | host candidates on the configured addresses and port range; consent kept for FFmpeg's WHIP muxer |
+| ice_candidates.py | aioice | host candidates on the set addresses and ports; consent kept for FFmpeg's WHIP muxer |
 | sctp.py | aiortc | SCTP out-of-order state bounded, receive window enforced |
 | jitter.py | aiortc | a video frame released on its RTP marker bit; each audio packet as it arrives (per receiver) |
 | codecs.py | aiortc | read a transceiver's negotiated codecs (no public getter) |
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import decoding, ice, sctp
+from . import decoding, ice_candidates, sctp
 
 LOOPBACK = ("127.0.0.1",)
 
@@ -37,8 +37,8 @@ def apply(ice_addresses: Sequence[str] | None = LOOPBACK, ice_ports: range | Non
     """
     global _installed
     if not _installed:
-        ice.install()
+        ice_candidates.install()
         sctp.install()
         decoding.install()
         _installed = True
-    ice.set_policy(ice_addresses, ice_ports)
+    ice_candidates.set_policy(ice_addresses, ice_ports)

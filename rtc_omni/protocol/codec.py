@@ -1,6 +1,6 @@
 """What every protocol's codec shares: JSON text in, one typed message or a refusal out; events out.
 
-A protocol module (understand.py, generate.py) parses each client message once, here at the
+A protocol module (understand_messages.py, generate_messages.py) parses each client message once, here at the
 boundary, into a pydantic model of its own discriminated union, or refuses it with the exact error
 string its reference sends. Sessions take only the typed messages, and emit `ServerEvent`s. The
 remote engine reads another server's events the other way round: `decode_event` types them into the

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from .. import metrics
-from ..engines.base import AudioChunk, ContextLost, EngineError, TextDelta, UnderstandEngine, UnderstandTurn, Usage
+from ..engines.engine import AudioChunk, ContextLost, EngineError, TextDelta, UnderstandEngine, UnderstandTurn, Usage
 from ..media.echo import EchoReference
 from ..pcm import float_to_pcm16
 from ..protocol.validation import error_text
-from .base import CANCEL_WAIT_S
 from .engine_stream import stall_bounded
+from .session import CANCEL_WAIT_S
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import av
 
 from .. import metrics
-from ..engines.base import TurnFrame
+from ..engines.engine import TurnFrame
 from ..media.evs import FrameSimilarityFilter
 from ..media.images import frame_thumbnail, frame_to_jpeg
 from .frame_buffer import BufferedFrame, FrameBuffer

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol.realtime import (
+from ..protocol.realtime_events import (
     AudioContent,
     ImageContent,
     ItemContent,

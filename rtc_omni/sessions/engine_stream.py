@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from ..engines.base import UnderstandEngine, UnderstandOutput, UnderstandTurn
+from ..engines.engine import UnderstandEngine, UnderstandOutput, UnderstandTurn
 
 
 async def stall_bounded(

@@ -1,7 +1,7 @@
 """The generation session: one prompt in, one generated video out as a live track.
 
-A state machine over the session skeleton (base.py), transport-agnostic like the understanding
-session: control messages parsed by protocol/generate.py in, events out through `send`, frames
+A state machine over the session skeleton (session.py), transport-agnostic like the understanding
+session: control messages parsed by protocol/generate_messages.py in, events out through `send`, frames
 out through a `VideoSink` (the outgoing RTP track). It owns vLLM-Omni's `/v1/realtime/video`
 state machine: `session.start` first, then stop, ping, interactions, the stall clock, and
 `session.done` once the last frame has been sent.
@@ -19,14 +19,14 @@ from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
-from ..engines.base import ChunkEvents, GenerateEngine, GenerateRequest, VideoChunk
+from ..engines.engine import ChunkEvents, GenerateEngine, GenerateRequest, VideoChunk
 from ..media.frames import normalize_videos
 from ..media.recorder import Mp4Recorder
-from ..protocol import generate as proto
+from ..protocol import generate_messages as proto
 from ..protocol.codec import Refusal
 from ..protocol.validation import error_text
-from .base import ENGINE_CALL_TIMEOUT_S, Session
 from .recordings import RecordingsFull
+from .session import ENGINE_CALL_TIMEOUT_S, Session
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ import av
 from PIL import Image
 from pydantic import ValidationError
 
-from ..engines.base import (
+from ..engines.engine import (
     EngineError,
     Transcriber,
     TurnFrame,
@@ -37,15 +37,15 @@ from ..media.images import open_image
 from ..media.pcm_resample import PcmStream, convert
 from ..media.vad import SpeechStarted, SpeechStopped
 from ..pcm import INPUT_BYTES_PER_MS, INPUT_SAMPLE_RATE, TALKER_SAMPLE_RATE, pcm16_ms
-from ..protocol import realtime as proto
+from ..protocol import realtime_events as proto
 from ..protocol.codec import Refusal
 from ..protocol.validation import describe_validation_error
 from .answer import Answer, Failure, Outcome, Talker
-from .base import Session
 from .camera import Camera, engine_frames
 from .conversation import MAX_TURN_IMAGES, Conversation, Item, Part
 from .inbox import WorkItem
 from .listening import Heard, Listening
+from .session import Session
 from .turn_taking import TurnTakingEvent, VadSettings
 
 if TYPE_CHECKING:

@@ -1,10 +1,11 @@
 """The understanding session: one live conversation about what the camera sees and the mic hears.
 
-A state machine over the session skeleton (base.py), transport-agnostic: it takes control
-messages parsed by protocol/understand.py, sampled camera frames and 16 kHz audio (the
-`MediaSink` side), and emits events through `send` and speech through a `Talker`. It owns the
-state machine of vLLM-Omni's `/v1/video/chat/stream`: config first, frame and audio buffers with
-EVS, turns, interrupts, `video.done`, and the timeouts around them.
+A state machine over the session skeleton (session.py), transport-agnostic: it takes control
+messages parsed by protocol/understand_messages.py, sampled camera frames and 16 kHz audio (the
+`MediaSink` side), and emits events through `send`. It owns the protocol of vLLM-Omni's
+`/v1/video/chat/stream`: config first, DataChannel frames and acks, turns, interrupts,
+`video.done`, and the timeouts around them; the spoken answer, the listening path and the camera
+path it shares with realtime sessions (answer.py, listening.py, camera.py).
 """
 
 from __future__ import annotations
@@ -20,20 +21,20 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import av
 from PIL import Image
 
-from ..engines.base import EngineSession, LiveSettings, LiveUnderstandEngine, UnderstandEngine, UnderstandTurn
+from ..engines.engine import EngineSession, LiveSettings, LiveUnderstandEngine, UnderstandEngine, UnderstandTurn
 from ..media.evs import FrameSimilarityFilter
 from ..media.images import ImageTooLarge, open_image
 from ..media.vad import SpeechStarted, SpeechStopped
 from ..media.wav import wav_base64
 from ..pcm import TALKER_SAMPLE_RATE
-from ..protocol import understand as proto
+from ..protocol import understand_messages as proto
 from ..protocol.codec import Refusal
 from .answer import Answer, Failure, Outcome, Talker
-from .base import Session
 from .camera import Camera, engine_frames, now_ms
 from .frame_buffer import BufferedFrame
 from .inbox import WorkItem
 from .listening import Heard, Listening
+from .session import Session
 from .turn_taking import TurnTakingEvent, VadSettings
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 Frame rate is the cost that matters (the server decodes every frame to sample a few, media/ingest.py),
 but only the senders we write can be told a frame rate (maxFramerate: static/js/talk.js,
-client/peer.py). Every other sender can only be asked for a bitrate, two ways: `b=AS` on the video
+client/rtc_peers.py). Every other sender can only be asked for a bitrate, two ways: `b=AS` on the video
 m-line of the answer (RFC 4566: what the answerer wants to receive; Chromium and Firefox honour it),
 and REMB feedback (Chromium and aiortc senders honour it). At a low enough bitrate Chromium lowers
 the frame rate too. FFmpeg, GStreamer and OBS publishers ignore both and send what they are set to

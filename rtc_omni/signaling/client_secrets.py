@@ -18,7 +18,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..protocol import realtime as proto
+from ..protocol import realtime_events as proto
 from ..protocol.validation import describe_validation_error
 from .auth import GRANT, bearer_credentials
 from .offer import json_error

@@ -17,12 +17,12 @@ from yarl import URL
 
 from ..config import Settings
 from ..engines import Engines
-from ..protocol import generate as generate_proto
-from ..protocol import understand as understand_proto
-from ..sessions.base import Session
+from ..protocol import generate_messages as generate_proto
+from ..protocol import understand_messages as understand_proto
 from ..sessions.generate import GenerateSession, VideoSink
 from ..sessions.realtime import RealtimeSession
 from ..sessions.recordings import RecordingStore
+from ..sessions.session import Session
 from ..sessions.understand import Talker, UnderstandSession
 from .capabilities import SESSION_TOKENS, SessionTokens, with_token
 from .keys import ENGINES, RECORDINGS, SETTINGS

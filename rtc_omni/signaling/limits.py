@@ -22,8 +22,8 @@ from typing import Any, cast
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from ..protocol import generate as generate_proto
-from ..protocol import understand as understand_proto
+from ..protocol import generate_messages as generate_proto
+from ..protocol import understand_messages as understand_proto
 
 logger = logging.getLogger(__name__)
 

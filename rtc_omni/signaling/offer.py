@@ -18,13 +18,13 @@ from aiortc.sdp import SessionDescription
 from pydantic import BaseModel, ValidationError
 
 from ..logs import SESSION_ID
-from ..protocol.generate import RECORDING_PATH
+from ..protocol.generate_messages import RECORDING_PATH
 from ..protocol.validation import describe_validation_error
 from ..sessions.registry import SessionLimitReached
 from .capabilities import access_refusal, checks_its_own_access, requires, session_credentials
 from .factory import Services
 from .keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
-from .peer import OFFER_FAILURES, PeerSession, closed_on_failure
+from .peer_session import OFFER_FAILURES, PeerSession, closed_on_failure
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from ..protocol import realtime as proto
+from ..protocol import realtime_events as proto
 from ..protocol.validation import describe_validation_error
 from .capabilities import credential_headers, requires
 from .client_secrets import opening_config

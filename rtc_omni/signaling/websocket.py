@@ -22,9 +22,9 @@ from aiohttp import WSMsgType, web
 
 from ..logs import SESSION_ID
 from ..media.fmp4_sink import Fmp4ChunkSink
-from ..protocol import generate as generate_proto
-from ..protocol import realtime as realtime_proto
-from ..protocol import understand as understand_proto
+from ..protocol import generate_messages as generate_proto
+from ..protocol import realtime_events as realtime_proto
+from ..protocol import understand_messages as understand_proto
 from ..sessions.registry import SessionLimitReached
 from ..tasks import TaskSet
 from .client_secrets import opening_config

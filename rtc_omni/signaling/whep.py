@@ -19,7 +19,7 @@ from aiortc import RTCSessionDescription
 from .capabilities import SESSION_TOKENS, requires
 from .keys import SETTINGS
 from .offer import OFFER_REFUSALS, find_peer_session, parse_sdp, refusal
-from .peer import AttachedPeer
+from .peer_session import AttachedPeer
 from .whip import CORS, SDP, cors_error, created, preflight, trickle
 
 WHEP_PATH = "/whep"

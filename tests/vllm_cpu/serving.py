@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
-from rtc_omni.client.peer import UnderstandClient
+from rtc_omni.client.rtc_peers import UnderstandClient
 
 from ..tools import require_loopback_namespace, unavailable
 from ..wsclient import WsClient, jpeg_b64, tone_pcm_b64

@@ -32,7 +32,7 @@ from ..media.video_out import GeneratedVideoTrack
 from ..metrics import DATACHANNEL_OVERFLOWS
 from ..patches.codecs import negotiated_codecs
 from ..patches.decoding import decode_audio_on_the_loop
-from ..patches.ice import keep_consent_while
+from ..patches.ice_candidates import keep_consent_while
 from ..patches.jitter import release_audio_on_arrival, release_frames_when_complete
 from ..patches.keyframes import forward_keyframe_requests
 from ..sessions.registry import SessionLimitReached, new_session_id

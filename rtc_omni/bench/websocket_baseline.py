@@ -21,7 +21,7 @@ import numpy as np
 from PIL import Image
 
 from ..pcm import INPUT_SAMPLE_RATE
-from .understand import SAMPLE_FPS, camera
+from .understand_latency import SAMPLE_FPS, camera
 
 JPEG_QUALITY = 80  # a browser's canvas.toDataURL("image/jpeg") default is 0.92; clients often lower it
 AUDIO_CHUNK_S = 0.1

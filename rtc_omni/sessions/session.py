@@ -1,6 +1,6 @@
 """The skeleton every session stands on, whatever its protocol: lifecycle, message loop, emit, close.
 
-A protocol is a codec (protocol/<name>.py: raw text in, one typed message or a `Refusal` out)
+A protocol is a codec (a module of protocol/: raw text in, one typed message or a `Refusal` out)
 plus a state machine over this skeleton (sessions/<name>.py). The state machine implements
 `_decode` (its codec), `_handle` (one typed client message), `_do` (one of its own work items),
 `_error` (an `error` event in its protocol's shape), `stats`, and the hooks for its clocks and its

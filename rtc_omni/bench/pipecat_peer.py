@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ..client.peer import MediaClient, prefer_video_codec
+from ..client.rtc_peers import MediaClient, prefer_video_codec
 from .capacity import SAMPLE_FPS, WARM_UP_S, server_meter
 from .common import free_port, stop, wait_healthy
 from .replay import replaying_client

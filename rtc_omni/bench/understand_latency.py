@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from ..client.media import ColourVideoTrack, ToneAudioTrack
-from ..client.peer import UnderstandClient
+from ..client.rtc_peers import UnderstandClient
 from .common import ack_latencies, silent_from
 
 CAMERA = (640, 480, 30)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from ..client.peer import GenerateClient
+from ..client.rtc_peers import GenerateClient
 from .common import CpuMeter, percentile, server
 
 WIDTH, HEIGHT, FPS = 832, 480, 16
