@@ -18,25 +18,13 @@ from typing import Any, Literal, Protocol
 
 from .. import metrics
 from ..engines.engine import AudioChunk, ContextLost, EngineError, TextDelta, UnderstandEngine, UnderstandTurn, Usage
-from ..media.echo import EchoReference
 from ..pcm import float_to_pcm16
 from ..protocol.validation import error_text
 from .engine_stream import stall_bounded
+from .outputs import Talker
 from .session import CANCEL_WAIT_S
 
 logger = logging.getLogger(__name__)
-
-
-class Talker(Protocol):
-    """Where a session's speech goes (the outgoing RTP audio track, media/talker.py)."""
-
-    echo: EchoReference  # what it played recently, so its echo can be told from a person
-
-    async def write(self, pcm16: bytes) -> None: ...
-
-    def flush(self) -> float: ...
-
-    async def wait_drained(self, timeout: float) -> bool: ...
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from ..media.recorder import Mp4Recorder
 from ..protocol import generate_messages as proto
 from ..protocol.codec import Refusal
 from ..protocol.validation import error_text
+from .outputs import VideoSink
 from .recordings import RecordingsFull
 from .session import ENGINE_CALL_TIMEOUT_S, Session
 
@@ -34,22 +35,6 @@ FRAME_IN_FLIGHT_S = 0.05
 DEFAULT_WIDTH, DEFAULT_HEIGHT, DEFAULT_NUM_FRAMES = 832, 480, 132
 
 GenerateState = Literal["waiting_start", "generating", "done", "closed"]
-
-
-class VideoSink(Protocol):
-    """Where generated frames go (the outgoing RTP video track)."""
-
-    fps: float
-    frames_sent: int
-    on_frame_sent: Callable[[np.ndarray], Awaitable[None]] | None
-
-    async def put(self, rgb: np.ndarray) -> None: ...
-
-    def flush(self) -> int: ...
-
-    def end_of_stream(self) -> None: ...
-
-    async def wait_drained(self, timeout: float) -> bool: ...
 
 
 @dataclass

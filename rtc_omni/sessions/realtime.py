@@ -40,11 +40,12 @@ from ..pcm import INPUT_BYTES_PER_MS, INPUT_SAMPLE_RATE, TALKER_SAMPLE_RATE, pcm
 from ..protocol import realtime_events as proto
 from ..protocol.codec import Refusal
 from ..protocol.validation import describe_validation_error
-from .answer import Answer, Failure, Outcome, Talker
+from .answer import Answer, Failure, Outcome
 from .camera import Camera, engine_frames
 from .conversation import MAX_TURN_IMAGES, Conversation, Item, Part
 from .inbox import WorkItem
 from .listening import Heard, Listening
+from .outputs import Talker
 from .session import Session
 from .turn_taking import TurnTakingEvent, VadSettings
 

@@ -29,11 +29,12 @@ from ..media.wav import wav_base64
 from ..pcm import TALKER_SAMPLE_RATE
 from ..protocol import understand_messages as proto
 from ..protocol.codec import Refusal
-from .answer import Answer, Failure, Outcome, Talker
+from .answer import Answer, Failure, Outcome
 from .camera import Camera, engine_frames, now_ms
 from .frame_buffer import BufferedFrame
 from .inbox import WorkItem
 from .listening import Heard, Listening
+from .outputs import Talker
 from .session import Session
 from .turn_taking import TurnTakingEvent, VadSettings
 

@@ -19,11 +19,12 @@ from ..config import Settings
 from ..engines import Engines
 from ..protocol import generate_messages as generate_proto
 from ..protocol import understand_messages as understand_proto
-from ..sessions.generate import GenerateSession, VideoSink
+from ..sessions.generate import GenerateSession
+from ..sessions.outputs import Talker, VideoSink
 from ..sessions.realtime import RealtimeSession
 from ..sessions.recordings import RecordingStore
 from ..sessions.session import Session
-from ..sessions.understand import Talker, UnderstandSession
+from ..sessions.understand import UnderstandSession
 from .capabilities import SESSION_TOKENS, SessionTokens, with_token
 from .keys import ENGINES, RECORDINGS, SETTINGS
 
