@@ -99,8 +99,8 @@ async def test_pipecat_is_compared_with_every_mode_of_the_sweep(monkeypatch: pyt
     async def pipecat(python: str, sessions: int, seconds: float) -> dict[str, Any]:
         return {"sessions": sessions, "server_cpu_s_per_s_per_session": 0.1}
 
-    monkeypatch.setattr(run.peer, "unavailable", lambda python: None)
-    monkeypatch.setattr(run.peer, "measure", pipecat)
+    monkeypatch.setattr(run.pipecat_peer, "unavailable", lambda python: None)
+    monkeypatch.setattr(run.pipecat_peer, "measure", pipecat)
     point = {"sessions": 1, "server_cpu_s_per_s_per_session": 0.04}
     cap = {"understand": [point], "realtime": [{**point, "server_cpu_s_per_s_per_session": 0.05}]}
     plan = run.Plan(modes=("understand", "realtime"), peer_sessions=(1,))
