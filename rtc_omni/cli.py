@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from .bench.command import add_arguments as add_bench_arguments
 from .bench.command import main as run_bench
 from .client.rtc_peers import check_server_url
-from .config import add_settings_arguments, load_settings
+from .config import Settings, add_settings_arguments, load_settings
 from .engines.vllm_runtime import INSTALL_HINT
 from .logs import configure_logging
 from .protocol.generate_messages import VideoGenerationRequest, coerce_start_fields
@@ -44,6 +44,8 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"rtc-omni: {INSTALL_HINT}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_format)
+    if (warning := model_warning(settings)) is not None:
+        print(f"rtc-omni: warning: {warning}", file=sys.stderr, flush=True)
     workers = settings.worker_count
 
     def listening(port: int) -> None:  # once the engines are up and the port is bound (in every worker)
@@ -64,6 +66,16 @@ def _serve(args: argparse.Namespace) -> int:
         return refused(listen_error(exc, settings.host, settings.port))
     except EngineStartError as exc:
         return refused(exc)
+
+
+def model_warning(settings: Settings) -> str | None:
+    """A --model that names a real model while the synthetic engine answers (it is only reported)."""
+    if settings.engine != "synthetic" or settings.model in (None, "synthetic"):
+        return None
+    return (
+        f"--model {settings.model} only names the model reported to clients: the synthetic engine answers. "
+        "To load it, add --engine vllm (pip install 'rtc-omni[vllm]')"
+    )
 
 
 def _checked(model: type[BaseModel], data: dict[str, Any], label: FieldLabel = str) -> None:

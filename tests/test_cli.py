@@ -370,3 +370,14 @@ def test_a_missing_token_is_named_with_the_flag_to_pass(served) -> None:
     done = run_cli("client", "understand", "--server", url, "--video", "none", "--audio", "none", "--query", "hi")
     assert_plain_error(done, "the server refused the session (HTTP 401): missing or wrong bearer token")
     assert "as --token" in done.stderr
+
+
+def test_a_real_model_name_on_the_synthetic_engine_is_warned_about() -> None:
+    with socket.socket() as taken:  # a busy port: the server stops right after its start-up checks
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = [*RTC_OMNI, "serve", "--port", str(port), "--model", "Qwen/Qwen3-Omni-30B-A3B-Instruct"]
+        done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert "warning: --model Qwen/Qwen3-Omni-30B-A3B-Instruct only names the model" in done.stderr
+    assert "--engine vllm" in done.stderr

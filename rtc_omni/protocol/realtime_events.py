@@ -43,7 +43,8 @@ AUDIO_BUFFER_EMPTY = "Error committing input audio buffer: the buffer is empty"
 AUDIO_BUFFER_OVERFLOW = "Input audio buffer overflow: the buffered audio was dropped"
 TRANSCRIPTION_UNAVAILABLE = (
     "Input transcription is not available on this server (no recogniser for its engine): "
-    "audio.input.transcription is off, and audio items keep no transcript"
+    "audio.input.transcription is off, and audio items keep no transcript. With the synthetic engine, "
+    "install the recogniser (pip install 'rtc-omni[transcribe]') and restart the server"
 )
 TRANSCRIPTION_BACKLOG = "Input transcription is behind: too many committed audio items are waiting"
 OUTPUT_AUDIO_CLEAR_WEBRTC_ONLY = "output_audio_buffer.clear is for WebRTC calls; over WebSocket send response.cancel"

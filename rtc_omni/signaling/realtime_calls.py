@@ -2,8 +2,9 @@
 
 The offer comes as `application/sdp`, or as the SDK's multipart form (an `sdp` part and an
 optional `session` JSON part); `POST /v1/realtime?model=...` with an SDP body is the older form.
-The answer is `201 Created`, `application/sdp`, with `Location: /v1/realtime/calls/{call_id}` (as
-OpenAI's, so clients read the call id from it) and the call's tokens as headers (capabilities.py);
+The answer is `201 Created`, `application/sdp`, with an absolute `Location` ending in
+`/v1/realtime/calls/{call_id}` (as OpenAI's, so clients read the call id from it) and the call's
+tokens as headers (capabilities.py);
 `DELETE` on it (or the SDK's `POST .../hangup`) hangs up, with the server token or the call's
 session token. The session is a `RealtimeSession` on a
 `PeerSession`: events on the `oai-events` DataChannel, speech on the audio track (the talker),
