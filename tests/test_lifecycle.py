@@ -159,3 +159,19 @@ async def test_session_limit_gives_503(make_server: ServerFactory, make_client: 
     with pytest.raises(SignalingError) as refused:
         await make_client(server, colour=None, tone=None)
     assert refused.value.status == 503
+
+
+async def test_a_client_asking_stops_waiting_when_the_server_shuts_down(
+    make_server: ServerFactory, make_client: ClientFactory
+) -> None:
+    server = await make_server(spoken_sentences=20)  # a long spoken answer, cut by the shutdown
+    client = await make_client(server, colour="red", tone=440.0, config={})
+    await client.wait_event("video.frame.ack")
+    asking = asyncio.create_task(client.ask("keep talking", timeout=120.0))
+    await client.wait_event("response.text.delta")
+
+    await server.server.close()
+
+    async with asyncio.timeout(20):  # not the 120 s the answer was given: the client heard why
+        with pytest.raises(ConnectionError, match="Server shutting down"):
+            await asking

@@ -106,16 +106,31 @@ class ControlClient:
         self.view_token: str | None = None  # watches it: WHEP, stats, the recording
         self.connect_seconds: float | None = None
         self.answer_sdp: str | None = None  # as the server sent it: aiortc's model drops a=ptime
+        self.ended: str | None = None  # why the session ended under us, once it has
 
         if self.channel is not None:
             self.channel.on("message", self._on_message)
+            self.channel.on("close", lambda: self._end("the server closed the session"))
 
         self.pc.on("track", self._on_track)
+        self.pc.on("connectionstatechange", self._on_connection_state)
 
     def _on_message(self, message: str | bytes) -> None:
         if isinstance(message, str):
             self.events.append(json.loads(message))
             self.event_times.append(time.monotonic())
+            self._new_event.set()
+
+    def _on_connection_state(self) -> None:
+        if self.pc.connectionState in ("failed", "closed"):
+            self._end(f"the connection to the server {self.pc.connectionState}")
+
+    def _end(self, reason: str) -> None:
+        """The session is over: waits end at once, saying why (the server's last word if it gave one,
+        e.g. "Server shutting down")."""
+        if self.ended is None:
+            last = next((e for e in reversed(self.events) if e.get("type") == "error" and "request_id" not in e), None)
+            self.ended = f"{reason}: {last['message']}" if last is not None and "message" in last else reason
             self._new_event.set()
 
     def _add_transceivers(self) -> None:
@@ -204,7 +219,7 @@ class ControlClient:
         timeout: float | None = 10.0,
     ) -> dict[str, Any]:
         """The first event at index >= `after` of that type matching `where`; `timeout=None` leaves
-        the deadline to the caller."""
+        the deadline to the caller. ConnectionError once the session has ended without one."""
         try:
             async with asyncio.timeout(timeout):
                 index = after
@@ -214,6 +229,8 @@ class ControlClient:
                         index += 1
                         if (event_type is None or event.get("type") == event_type) and (where is None or where(event)):
                             return event
+                    if self.ended is not None:
+                        raise ConnectionError(self.ended)
                     self._new_event.clear()
                     await self._new_event.wait()
         except TimeoutError:
