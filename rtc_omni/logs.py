@@ -13,6 +13,9 @@ from contextvars import ContextVar
 
 SESSION_ID: ContextVar[str] = ContextVar("session_id", default="-")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(session_id)s] %(message)s"
+# Libraries that log every ICE check and state change at INFO: their lines would drown the server's
+# own. They speak from WARNING up, or everything at --log-level debug.
+CHATTY_LIBRARIES = ("aioice", "aiortc")
 
 
 class SessionIdFilter(logging.Filter):
@@ -42,3 +45,5 @@ def configure_logging(level: str, fmt: str) -> None:
     handler.addFilter(SessionIdFilter())
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    for name in CHATTY_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.DEBUG if level == "debug" else max(logging.WARNING, handler.level))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import re
 import shlex
@@ -42,12 +43,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(*args: str, cwd: Path | None = None) -> tuple[str, subprocess.Popen[str]]:
-    """`rtc-omni serve ARGS --port FREE`, once it answers /healthz."""
+def start_server(*args: str, cwd: Path | None = None, log: Path | None = None) -> tuple[str, subprocess.Popen[str]]:
+    """`rtc-omni serve ARGS --port FREE`, once it answers /healthz; its output to `log` when one is
+    given (a debug log outgrows a pipe nobody reads), else to a pipe."""
     port = free_port()
     process = subprocess.Popen(
         [*RTC_OMNI, "serve", *args, "--port", str(port)],
-        stdout=subprocess.PIPE,
+        stdout=subprocess.PIPE if log is None else log.open("w"),
         stderr=subprocess.STDOUT,
         text=True,
         cwd=cwd,
@@ -246,50 +248,54 @@ def test_generate_command_receives_and_writes_the_video(shared_server: str, tmp_
         assert sum(1 for _ in container.decode(video=0)) == 40
 
 
-@pytest.mark.parametrize("served", [["--log-format", "json"]], indirect=True)
-def test_json_logs_name_the_session_on_every_session_line(served) -> None:
-    url, process = served
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rtc_omni",
-            "client",
-            "understand",
-            "--server",
-            url,
-            "--video",
-            "colour:red",
-            "--audio",
-            "none",
-            "--width",
-            "160",
-            "--height",
-            "120",
-            "--query",
-            "hi",
-            "--config",
-            '{"modalities": ["text"]}',  # a test about logs: no talker to wait for
-            "--warmup",
-            "0.5",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-    assert done.returncode == 0, done.stderr
-    session_id = done.stdout.split("session ", 1)[1].split()[0]
-    view_token = done.stdout.split("access_token=", 1)[1].split()[0]
-    with pytest.raises(urllib.error.HTTPError):  # the session has ended: 404, and the token is in the URL
-        urllib.request.urlopen(f"{url}/v1/rtc/sessions/{session_id}?access_token={view_token}", timeout=10)
-    process.send_signal(signal.SIGINT)
-    output, _ = process.communicate(timeout=15)
-    lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
-    assert lines and all({"ts", "level", "logger", "session_id", "message"} <= line.keys() for line in lines)
-    assert view_token not in output and f"/v1/rtc/sessions/{session_id}?access_token=- " in output  # access log
-    mine = [line for line in lines if line["session_id"] == session_id]
-    assert any("connection connected" in line["message"] for line in mine)
-    assert any(line["logger"].startswith("aioice") for line in mine)  # aioice's own lines carry it too
+def test_json_logs_name_the_session_on_every_session_line(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    url, process = start_server(*SERVE_FAST, "--log-format", "json", "--log-level", "debug", log=log)
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rtc_omni",
+                "client",
+                "understand",
+                "--server",
+                url,
+                "--video",
+                "colour:red",
+                "--audio",
+                "none",
+                "--width",
+                "160",
+                "--height",
+                "120",
+                "--query",
+                "hi",
+                "--config",
+                '{"modalities": ["text"]}',  # a test about logs: no talker to wait for
+                "--warmup",
+                "0.5",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        assert done.returncode == 0, done.stderr
+        session_id = done.stdout.split("session ", 1)[1].split()[0]
+        view_token = done.stdout.split("access_token=", 1)[1].split()[0]
+        with pytest.raises(urllib.error.HTTPError):  # the session has ended: 404, and the token is in the URL
+            urllib.request.urlopen(f"{url}/v1/rtc/sessions/{session_id}?access_token={view_token}", timeout=10)
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=15)
+        output = log.read_text()
+        lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+        assert lines and all({"ts", "level", "logger", "session_id", "message"} <= line.keys() for line in lines)
+        assert view_token not in output and f"/v1/rtc/sessions/{session_id}?access_token=- " in output  # access log
+        mine = [line for line in lines if line["session_id"] == session_id]
+        assert any("connection connected" in line["message"] for line in mine)
+        assert any(line["logger"].startswith("aioice") for line in mine)  # aioice's own lines (debug) carry it too
+    finally:
+        stop(process)
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -381,3 +387,17 @@ def test_a_real_model_name_on_the_synthetic_engine_is_warned_about() -> None:
         done = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert "warning: --model Qwen/Qwen3-Omni-30B-A3B-Instruct only names the model" in done.stderr
     assert "--engine vllm" in done.stderr
+
+
+def test_ice_chatter_stays_out_of_the_default_logs_and_returns_at_debug() -> None:
+    from rtc_omni.logs import configure_logging
+
+    try:
+        configure_logging("info", "text")
+        assert not logging.getLogger("aioice.ice").isEnabledFor(logging.INFO)
+        assert logging.getLogger("aioice.ice").isEnabledFor(logging.WARNING)
+        assert logging.getLogger("rtc_omni.sessions.realtime").isEnabledFor(logging.INFO)
+        configure_logging("debug", "text")
+        assert logging.getLogger("aiortc.rtcpeerconnection").isEnabledFor(logging.DEBUG)
+    finally:
+        configure_logging("warning", "text")
