@@ -47,7 +47,7 @@ async def healthz(request: web.Request) -> web.Response:
         "engine": settings.engine,
         "model": settings.model,
         "kinds": engines.kinds,
-        "sessions": len(request.app[REGISTRY]),
+        "sessions": request.app[REGISTRY].open_in_server(),  # with --workers, the whole node's
     }
     if problem is not None:
         body["detail"] = problem

@@ -1,6 +1,6 @@
 """`rtc-omni serve --workers N`: workers share the port, and every session's routes reach the worker
 that owns it, whichever worker the kernel hands the connection to; one --max-sessions across them;
-a scrape of /metrics on any worker counts them all; a dead worker stops the server with a log line
+a scrape of /metrics and /healthz on any worker count them all; a dead worker stops the server with a log line
 naming it. The engine process of `--engine vllm --workers N` (here serving the synthetic engine;
 tests/test_vllm_cpu_workers.py runs the real one)."""
 
@@ -236,6 +236,23 @@ async def test_max_sessions_counts_the_sessions_of_every_worker(tmp_path: Path) 
         await asyncio.gather(*(client.close() for client in clients))
         server.process.kill()
         server.process.wait()
+
+
+async def healthz_sessions(url: str) -> int:
+    """GET /healthz on a new connection (either worker may answer): its `sessions`."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
+        async with http.get(f"{url}/healthz") as response:
+            assert response.status == 200
+            return int((await response.json())["sessions"])
+
+
+@pytest.mark.media
+async def test_healthz_counts_the_sessions_of_every_worker(served: Served) -> None:
+    clients = [client async for client in open_sessions_on_both_workers(served.url)]
+    try:
+        assert [await healthz_sessions(served.url) for _ in range(ROUNDS)] == [len(clients)] * ROUNDS
+    finally:
+        await asyncio.gather(*(client.close() for client in clients))
 
 
 @pytest.mark.media
