@@ -148,28 +148,41 @@ async def test_every_session_route_reaches_the_worker_that_owns_it(served: Serve
 
 
 async def open_realtime(url: str, key: str) -> str | int:
-    """Open WS /v1/realtime with an ephemeral key: its first event's type, or the refusal's status."""
+    """Open WS /v1/realtime with an ephemeral key: its first event's type and instructions (or
+    message, for an error), or the refusal's status."""
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
         try:
             async with http.ws_connect(
                 url.replace("http", "ws") + "/v1/realtime?model=qwen3-omni", headers={"Authorization": f"Bearer {key}"}
             ) as ws:
                 first = await ws.receive_json(timeout=10)
-                instructions = first["session"]["instructions"]
-                return f"{first['type']}: {instructions}"
+                said = first["message"] if first["type"] == "error" else first["session"]["instructions"]
+                return f"{first['type']}: {said}"
         except aiohttp.WSServerHandshakeError as exc:
             return exc.status
 
 
+async def mint_key(url: str, instructions: str) -> str:
+    """POST /v1/realtime/client_secrets on a new connection (either worker may mint it)."""
+    body = {"session": {"type": "realtime", "instructions": instructions}}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
+        async with http.post(f"{url}/v1/realtime/client_secrets", json=body) as response:
+            assert response.status == 200
+            return str((await response.json())["value"])
+
+
+async def keys_from_both_workers(url: str) -> list[str]:
+    """Ephemeral keys, the one numbered N with the instructions `Key N.`, until both workers minted one."""
+    keys: list[str] = []
+    while {key[:5] for key in keys} != {"ek_w0", "ek_w1"}:
+        assert len(keys) < MAX_CLIENTS, f"every key came from one worker: {keys}"
+        keys.append(await mint_key(url, f"Key {len(keys)}."))
+    return keys
+
+
 @pytest.mark.media
 async def test_an_ephemeral_key_opens_one_session_whichever_worker_minted_it(served: Served) -> None:
-    keys: list[str] = []
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
-        while {key[:5] for key in keys} != {"ek_w0", "ek_w1"}:
-            assert len(keys) < MAX_CLIENTS, f"every key came from one worker: {keys}"
-            body = {"session": {"type": "realtime", "instructions": f"Key {len(keys)}."}}
-            async with http.post(f"{served.url}/v1/realtime/client_secrets", json=body) as response:
-                keys.append((await response.json())["value"])
+    keys = await keys_from_both_workers(served.url)
     for number, key in enumerate(keys):  # each on a new connection: usually another worker than the minter
         assert await open_realtime(served.url, key) == f"session.created: Key {number}."
         assert await open_realtime(served.url, key) == 401
@@ -236,6 +249,37 @@ async def test_max_sessions_counts_the_sessions_of_every_worker(tmp_path: Path) 
         await asyncio.gather(*(client.close() for client in clients))
         server.process.kill()
         server.process.wait()
+
+
+@pytest.mark.media
+async def test_an_ephemeral_key_refused_at_max_sessions_is_not_used_up(tmp_path: Path) -> None:
+    server = start_workers(tmp_path, "--max-sessions", "1")
+    holder = UnderstandClient(server.url, video=None, audio=None)
+    try:
+        await holder.connect()
+        keys = await keys_from_both_workers(server.url)
+        for key in keys:
+            refused = await open_realtime(server.url, key)
+            assert refused == "error: session limit of 1 reached (across all workers)"
+        held = f"{server.url}/v1/rtc/sessions/{holder.session_id}"
+        assert await call("DELETE", held, holder.session_token) == 200
+        for number, key in enumerate(keys):  # the place is free: each key opens its session, once
+            assert await open_when_free(server.url, key) == f"session.created: Key {number}."
+            assert await open_realtime(server.url, key) == 401
+    finally:
+        await holder.close()
+        server.process.kill()
+        server.process.wait()
+
+
+async def open_when_free(url: str, key: str) -> str | int:
+    """open_realtime, again while the one place is still held by the last session, which closes."""
+    for _ in range(50):
+        answer = await open_realtime(url, key)
+        if answer != "error: session limit of 1 reached (across all workers)":
+            return answer
+        await asyncio.sleep(0.1)
+    raise AssertionError("the place was not freed within 5 s")
 
 
 async def healthz_sessions(url: str) -> int:
