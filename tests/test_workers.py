@@ -361,8 +361,12 @@ async def test_a_killed_worker_ends_only_its_own_sessions_and_is_back_within_5_s
         done = await survivor.wait_event("response.done", after=mark, timeout=20)
         assert done["response"]["status"] == "completed"
         await minted_by(served.url, "w1", killed_at + 5)  # worker 1 answers again within 5 s
-        clients.append(await session_on(served.url, "w1", lambda: realtime_call(served.url)))  # with new sessions
+        newcomer = await session_on(served.url, "w1", lambda: realtime_call(served.url))  # with new sessions
+        clients.append(newcomer)
         sessions = f"{served.url}/v1/rtc/sessions"
+        # reached from either worker: worker 0 forwards to the new worker 1
+        newcomer_url = f"{sessions}/{newcomer.session_id}"
+        assert [await call("GET", newcomer_url, newcomer.view_token) for _ in range(ROUNDS)] == [200] * ROUNDS
         assert await call("GET", f"{sessions}/{survivor.session_id}", survivor.view_token) == 200
         assert await call("GET", f"{sessions}/{victim.session_id}", victim.view_token) == 404
         assert served.process.poll() is None
