@@ -47,10 +47,10 @@ class RestartBudget:
 class Workers:
     """The worker processes, by index, as the parent starts, restarts and watches them."""
 
-    def __init__(self, slots: SessionSlots, budget: RestartBudget | None = None) -> None:
+    def __init__(self, slots: SessionSlots) -> None:
         self._start: StartWorker | None = None
         self._slots = slots
-        self._budget = budget or RestartBudget()
+        self._budget = RestartBudget()
         self.processes: list[multiprocessing.process.BaseProcess] = []
         self._started_at: list[float] = []
         self._restart_at: dict[int, float] = {}  # dead workers, by index: when to start them again
