@@ -47,7 +47,7 @@ async def healthz(request: web.Request) -> web.Response:
         "engine": settings.engine,
         "model": settings.model,
         "kinds": engines.kinds,
-        "sessions": len(request.app[REGISTRY]),
+        "sessions": request.app[REGISTRY].open_in_server(),  # with --workers, the whole node's
     }
     if problem is not None:
         body["detail"] = problem
@@ -101,7 +101,7 @@ def create_app(settings: Settings, engines: Engines | None = None, worker: Worke
         middlewares.append(cors_allow_list(settings.cors_origin))
     keys = client_secrets.EphemeralKeys(owner_prefix="" if worker is None else worker.session_id_prefix)
     routing = None if worker is None else OwnerRouting(worker, keys)
-    middlewares.append(client_secrets.ephemeral_auth(keys, None if routing is None else routing.redeem))
+    middlewares.append(client_secrets.ephemeral_auth(client_secrets.OwnKeys(keys) if routing is None else routing))
     if settings.auth_token:
         middlewares.append(server_token_auth())
     if settings.session_rate_limit:
@@ -142,6 +142,7 @@ def create_app(settings: Settings, engines: Engines | None = None, worker: Worke
     app.on_cleanup.append(_close_engines)
     if routing is not None:
         app.router.add_post(REDEEM_PATH, checks_its_own_access(routing.redeem_for_sibling))
+        app.router.add_put(REDEEM_PATH, checks_its_own_access(routing.give_back_for_sibling))
         app.on_cleanup.append(routing.close)
     return app
 

@@ -33,6 +33,7 @@ from .realtime_client import (
     text_of,
     tone_pcm24k,
 )
+from .waiting import wait_until
 
 RED = (230, 20, 20)
 
@@ -325,6 +326,24 @@ async def test_an_ephemeral_key_opens_one_session_with_its_config_and_no_server_
     assert secret.value.startswith("ek_") and secret.session.instructions == "From the key."
     assert created.type == "session.created"
     assert created.session.instructions == "From the key." and created.session.output_modalities == ["text"]
+
+
+async def test_an_ephemeral_key_refused_at_max_sessions_is_not_used_up(make_server: ServerFactory) -> None:
+    server = await make_server(max_sessions=1)
+    backend = AsyncOpenAI(base_url=server.url + "/v1", api_key="sk-test")
+    secret = await backend.realtime.client_secrets.create(session={"type": "realtime", "instructions": "Later."})
+    await backend.close()
+    browser = AsyncOpenAI(base_url=server.url + "/v1", api_key=secret.value)
+    async with connect(server):  # the one place
+        async with browser.realtime.connect(model="qwen3-omni") as refused:
+            error = json.loads(await refused.recv_bytes())
+    await wait_until(lambda: len(server.registry) == 0)
+    async with browser.realtime.connect(model="qwen3-omni") as connection:
+        created = SERVER_EVENT.validate_json(await connection.recv_bytes())
+    await browser.close()
+
+    assert error == {"type": "error", "message": "session limit of 1 reached"}
+    assert created.type == "session.created" and created.session.instructions == "Later."
 
 
 async def test_a_response_longer_than_the_idle_timeout_completes_then_idle_ends_the_session(

@@ -1,8 +1,8 @@
 """`rtc-omni serve --workers N`: workers share the port, and every session's routes reach the worker
 that owns it, whichever worker the kernel hands the connection to; one --max-sessions across them;
-a scrape of /metrics on any worker counts them all; a dead worker stops the server with a log line
-naming it. The engine process of `--engine vllm --workers N` (here serving the synthetic engine;
-tests/test_vllm_cpu_workers.py runs the real one)."""
+a scrape of /metrics and /healthz on any worker count them all; a dead worker ends only its own
+sessions and is restarted, unless it keeps dying at start. The engine process of `--engine vllm
+--workers N` (here serving the synthetic engine; tests/test_vllm_cpu_workers.py runs the real one)."""
 
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from rtc_omni.client.rtc_peers import SignalingError, UnderstandClient
+from rtc_omni.client.rtc_peers import ControlClient, RealtimeClient, SignalingError, UnderstandClient
 from rtc_omni.config import SettingsError, load_settings
 from rtc_omni.workers.engine_process import EngineProcess, EngineStartError, engine_settings, remote_settings
 from rtc_omni.workers.supervisor import worker_settings
@@ -44,6 +44,25 @@ class Served:
     def worker_pids(self) -> list[int]:
         children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text()
         return [int(pid) for pid in children.split()]
+
+    def worker_pid(self, index: int, not_pid: int | None = None, timeout: float = 10) -> int:
+        """The pid of worker `index` (other than `not_pid`, one just killed) once it listens on its
+        Unix socket, `worker-I.sock`: the process holding that socket."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            inodes = {
+                f"socket:[{fields[6]}]"
+                for fields in (line.split() for line in Path("/proc/net/unix").read_text().splitlines()[1:])
+                if len(fields) > 7 and fields[7].endswith(f"/worker-{index}.sock")
+            }
+            for pid in set(self.worker_pids()) - {not_pid}:
+                try:
+                    if inodes & {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}:
+                        return pid
+                except FileNotFoundError:  # it ended meanwhile
+                    continue
+            time.sleep(0.05)
+        raise AssertionError(f"worker {index} is not listening after {timeout} s")
 
 
 def start_workers(tmp_path: Path, *args: str) -> Served:
@@ -148,28 +167,41 @@ async def test_every_session_route_reaches_the_worker_that_owns_it(served: Serve
 
 
 async def open_realtime(url: str, key: str) -> str | int:
-    """Open WS /v1/realtime with an ephemeral key: its first event's type, or the refusal's status."""
+    """Open WS /v1/realtime with an ephemeral key: its first event's type and instructions (or
+    message, for an error), or the refusal's status."""
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
         try:
             async with http.ws_connect(
                 url.replace("http", "ws") + "/v1/realtime?model=qwen3-omni", headers={"Authorization": f"Bearer {key}"}
             ) as ws:
                 first = await ws.receive_json(timeout=10)
-                instructions = first["session"]["instructions"]
-                return f"{first['type']}: {instructions}"
+                said = first["message"] if first["type"] == "error" else first["session"]["instructions"]
+                return f"{first['type']}: {said}"
         except aiohttp.WSServerHandshakeError as exc:
             return exc.status
 
 
+async def mint_key(url: str, instructions: str) -> str:
+    """POST /v1/realtime/client_secrets on a new connection (either worker may mint it)."""
+    body = {"session": {"type": "realtime", "instructions": instructions}}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
+        async with http.post(f"{url}/v1/realtime/client_secrets", json=body) as response:
+            assert response.status == 200
+            return str((await response.json())["value"])
+
+
+async def keys_from_both_workers(url: str) -> list[str]:
+    """Ephemeral keys, the one numbered N with the instructions `Key N.`, until both workers minted one."""
+    keys: list[str] = []
+    while {key[:5] for key in keys} != {"ek_w0", "ek_w1"}:
+        assert len(keys) < MAX_CLIENTS, f"every key came from one worker: {keys}"
+        keys.append(await mint_key(url, f"Key {len(keys)}."))
+    return keys
+
+
 @pytest.mark.media
 async def test_an_ephemeral_key_opens_one_session_whichever_worker_minted_it(served: Served) -> None:
-    keys: list[str] = []
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
-        while {key[:5] for key in keys} != {"ek_w0", "ek_w1"}:
-            assert len(keys) < MAX_CLIENTS, f"every key came from one worker: {keys}"
-            body = {"session": {"type": "realtime", "instructions": f"Key {len(keys)}."}}
-            async with http.post(f"{served.url}/v1/realtime/client_secrets", json=body) as response:
-                keys.append((await response.json())["value"])
+    keys = await keys_from_both_workers(served.url)
     for number, key in enumerate(keys):  # each on a new connection: usually another worker than the minter
         assert await open_realtime(served.url, key) == f"session.created: Key {number}."
         assert await open_realtime(served.url, key) == 401
@@ -239,11 +271,151 @@ async def test_max_sessions_counts_the_sessions_of_every_worker(tmp_path: Path) 
 
 
 @pytest.mark.media
-def test_a_worker_killed_stops_the_server_with_a_log_line(served: Served) -> None:
-    survivor, victim = served.worker_pids()
-    os.kill(victim, signal.SIGKILL)
+async def test_an_ephemeral_key_refused_at_max_sessions_is_not_used_up(tmp_path: Path) -> None:
+    server = start_workers(tmp_path, "--max-sessions", "1")
+    holder = UnderstandClient(server.url, video=None, audio=None)
+    try:
+        await holder.connect()
+        keys = await keys_from_both_workers(server.url)
+        for key in keys:
+            refused = await open_realtime(server.url, key)
+            assert refused == "error: session limit of 1 reached (across all workers)"
+        held = f"{server.url}/v1/rtc/sessions/{holder.session_id}"
+        assert await call("DELETE", held, holder.session_token) == 200
+        for number, key in enumerate(keys):  # the place is free: each key opens its session, once
+            assert await open_when_free(server.url, key) == f"session.created: Key {number}."
+            assert await open_realtime(server.url, key) == 401
+    finally:
+        await holder.close()
+        server.process.kill()
+        server.process.wait()
+
+
+async def open_when_free(url: str, key: str) -> str | int:
+    """open_realtime, again while the one place is still held by the last session, which closes."""
+    for _ in range(50):
+        answer = await open_realtime(url, key)
+        if answer != "error: session limit of 1 reached (across all workers)":
+            return answer
+        await asyncio.sleep(0.1)
+    raise AssertionError("the place was not freed within 5 s")
+
+
+async def healthz_sessions(url: str) -> int:
+    """GET /healthz on a new connection (either worker may answer): its `sessions`."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
+        async with http.get(f"{url}/healthz") as response:
+            assert response.status == 200
+            return int((await response.json())["sessions"])
+
+
+@pytest.mark.media
+async def test_healthz_counts_the_sessions_of_every_worker(served: Served) -> None:
+    clients = [client async for client in open_sessions_on_both_workers(served.url)]
+    try:
+        assert [await healthz_sessions(served.url) for _ in range(ROUNDS)] == [len(clients)] * ROUNDS
+    finally:
+        await asyncio.gather(*(client.close() for client in clients))
+
+
+async def minted_by(url: str, worker: str, deadline: float) -> str:
+    """Mint keys, each on a new connection, until `worker` (`w1`) mints one, before `deadline`."""
+    while time.monotonic() < deadline:
+        key = await mint_key(url, "Are you back?")
+        if key.startswith(f"ek_{worker}."):
+            return key
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{worker} minted no key in time")
+
+
+async def session_on(url: str, worker: str, make: Callable[[], ControlClient]) -> ControlClient:
+    """A new session made by `make` and owned by `worker`; the others opened on the way are closed."""
+    for _ in range(MAX_CLIENTS):
+        client = make()
+        await client.connect()
+        if owner(client.session_id or "") == worker:
+            return client
+        await client.close()
+    raise AssertionError(f"{MAX_CLIENTS} sessions, none on {worker}")
+
+
+def realtime_call(url: str) -> RealtimeClient:
+    """A realtime call with the events channel only: a text turn needs no media."""
+    return RealtimeClient(url, video=None, audio=None, receive_audio=False)
+
+
+@pytest.mark.media
+async def test_a_killed_worker_ends_only_its_own_sessions_and_is_back_within_5_s(served: Served) -> None:
+    clients = [await session_on(served.url, "w0", lambda: realtime_call(served.url))]
+    clients.append(await session_on(served.url, "w1", lambda: realtime_call(served.url)))
+    survivor, victim = clients
+    try:
+        question = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello?"}]}
+        survivor.send({"type": "conversation.item.create", "item": question})
+        mark = len(survivor.events)
+        survivor.send({"type": "response.create", "response": {"output_modalities": ["text"]}})
+        await survivor.wait_event("response.created", after=mark)
+        pid = served.worker_pid(1)
+        os.kill(pid, signal.SIGKILL)  # mid-turn on worker 0
+        killed_at = time.monotonic()
+        done = await survivor.wait_event("response.done", after=mark, timeout=20)
+        assert done["response"]["status"] == "completed"
+        await minted_by(served.url, "w1", killed_at + 5)  # worker 1 answers again within 5 s
+        newcomer = await session_on(served.url, "w1", lambda: realtime_call(served.url))  # with new sessions
+        clients.append(newcomer)
+        sessions = f"{served.url}/v1/rtc/sessions"
+        # reached from either worker: worker 0 forwards to the new worker 1
+        newcomer_url = f"{sessions}/{newcomer.session_id}"
+        assert [await call("GET", newcomer_url, newcomer.view_token) for _ in range(ROUNDS)] == [200] * ROUNDS
+        assert await call("GET", f"{sessions}/{survivor.session_id}", survivor.view_token) == 200
+        assert await call("GET", f"{sessions}/{victim.session_id}", victim.view_token) == 404
+        assert served.process.poll() is None
+        log = served.log.read_text()
+        assert f"worker 1 (pid {pid}) was killed by SIGKILL; its sessions (1) are lost; restarting it" in log
+        assert re.search(r"worker 1 \(pid \d+\) is back, \d+\.\d\d s after it died", log)
+    finally:
+        await asyncio.gather(*(client.close() for client in clients))
+
+
+@pytest.mark.media
+async def test_the_places_of_a_killed_workers_sessions_are_freed(tmp_path: Path) -> None:
+    server = start_workers(tmp_path, "--max-sessions", "2")
+    clients = [UnderstandClient(server.url, video=None, audio=None) for _ in range(2)]
+    try:
+        for client in clients:
+            await client.connect()
+        victim = owner(clients[0].session_id or "")
+        os.kill(server.worker_pid(int(victim[1:])), signal.SIGKILL)
+        survivors = sum(owner(client.session_id or "") != victim for client in clients)
+        deadline = time.monotonic() + 5
+        while await healthz_sessions(server.url) != survivors:
+            assert time.monotonic() < deadline, "the dead worker's sessions are still counted"
+            await asyncio.sleep(0.05)
+        for _ in range(2 - survivors):  # the server is full again, not more
+            clients.append(UnderstandClient(server.url, video=None, audio=None))
+            await clients[-1].connect()
+        refused = UnderstandClient(server.url, video=None, audio=None)
+        with pytest.raises(SignalingError) as raised:
+            await refused.connect()
+        await refused.close()
+        assert raised.value.status == 503
+    finally:
+        await asyncio.gather(*(client.close() for client in clients))
+        server.process.kill()
+        server.process.wait()
+
+
+@pytest.mark.media
+def test_a_worker_that_keeps_dying_soon_after_its_start_is_given_up_with_a_log_line(served: Served) -> None:
+    survivor = served.worker_pid(0)
+    killed = None
+    for _ in range(3):  # the first two are restarted (the second after 1 s), the third is not
+        killed = served.worker_pid(1, not_pid=killed)
+        os.kill(killed, signal.SIGKILL)
     assert served.process.wait(timeout=30) != 0
-    assert re.search(rf"worker \d \(pid {victim}\) was killed by SIGKILL", served.log.read_text())
+    log = served.log.read_text()
+    assert f"worker 1 (pid {killed}) was killed by SIGKILL, 3 times in a row within 10 s of its start" in log
+    assert "giving up on it; stopping the other workers" in log
     assert not Path(f"/proc/{survivor}").exists()  # stopped (and reaped) by the parent
 
 

@@ -51,9 +51,12 @@ class SessionRegistry:
     def __contains__(self, session_id: str) -> bool:
         return session_id in self._sessions
 
+    def open_in_server(self) -> int:
+        """The sessions open in the whole server: with --workers, every worker's, not only this one's."""
+        return len(self._sessions) if self.slots is None else self.slots.total()
+
     def check_capacity(self) -> None:
-        open_now = len(self._sessions) if self.slots is None else self.slots.total()
-        if open_now >= self.max_sessions:
+        if self.open_in_server() >= self.max_sessions:
             raise SessionLimitReached(f"session limit of {self.max_sessions} reached")
 
     def add(self, session: LiveSession) -> None:

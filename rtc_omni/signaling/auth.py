@@ -16,6 +16,8 @@ OPEN_PREFIXES = ("/static/",)
 # Set on a request that opens a realtime session with a valid ephemeral key (client_secrets.py):
 # the key's session config. Such a request needs no server token.
 GRANT = web.RequestKey("realtime_grant", dict[str, Any])
+# Set once that request opened its session: only then is its ephemeral key used up.
+KEY_SPENT = web.RequestKey("ephemeral_key_spent", bool)
 
 
 def bearer_credentials(authorization: str) -> str | None:

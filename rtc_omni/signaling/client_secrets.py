@@ -3,16 +3,16 @@
 A browser never holds the server token: the app's backend mints a key with it, and the browser
 opens one realtime session (the WebSocket or a WebRTC call) with the key as its Bearer token. A key
 opens one session only, until it expires (10 s to 2 h after it was minted, 600 s by default); its
-`session` is that session's starting config. At most MAX_KEYS are outstanding at once.
+`session` is that session's starting config. At most MAX_KEYS are outstanding at once. A request
+that did not open its session (refused at --max-sessions, a bad offer) leaves its key unused.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..protocol import realtime_events as proto
 from ..protocol.validation import describe_validation_error
-from .auth import GRANT, bearer_credentials
+from .auth import GRANT, KEY_SPENT, bearer_credentials
 from .offer import json_error
 
 CLIENT_SECRETS_PATH = "/v1/realtime/client_secrets"
@@ -72,6 +72,10 @@ class EphemeralKeys:
         grant = self._grants.pop(key, None)
         return grant if grant is not None and grant.expires_at > time.time() else None
 
+    def give_back(self, key: str, grant: Grant) -> None:
+        """Make a redeemed key valid again: the session it was redeemed for did not open."""
+        self._grants[key] = grant
+
 
 EPHEMERAL_KEYS = web.AppKey("ephemeral_keys", EphemeralKeys)
 
@@ -92,25 +96,54 @@ async def create_client_secret(request: web.Request) -> web.Response:
     )
 
 
-Redeem = Callable[[str], Awaitable[Grant | None]]
+class KeyOwners(Protocol):
+    """Where a key is redeemed, and given back: this process's keys (`OwnKeys`), or with --workers
+    the worker that minted it (workers/forwarding.py)."""
+
+    async def redeem(self, key: str) -> Grant | None: ...
+
+    async def give_back(self, key: str, grant: Grant) -> None: ...
 
 
-def ephemeral_auth(keys: EphemeralKeys, redeem: Redeem | None = None) -> Middleware:
+class OwnKeys:
+    """A lone server's keys, all minted by this process."""
+
+    def __init__(self, keys: EphemeralKeys) -> None:
+        self.keys = keys
+
+    async def redeem(self, key: str) -> Grant | None:
+        return self.keys.redeem(key)
+
+    async def give_back(self, key: str, grant: Grant) -> None:
+        self.keys.give_back(key, grant)
+
+
+def ephemeral_auth(owners: KeyOwners) -> Middleware:
     """Redeem a `Bearer ek_...` key on the paths that open a realtime session (401 if it is not
     valid); the request then needs no server token, and `opening_config` holds the key's session.
-    `redeem` replaces `keys.redeem` where another process may hold the key (--workers)."""
+    The key is given back unless the handler opened the session (`spend_key`)."""
 
     @web.middleware
     async def redeem_key(request: web.Request, handler: Handler) -> web.StreamResponse:
         given = bearer_credentials(request.headers.get("Authorization", "")) or ""
-        if request.path in SESSION_PATHS and given.startswith(KEY_PREFIX):
-            grant = keys.redeem(given) if redeem is None else await redeem(given)
-            if grant is None:
-                return json_error(401, "the ephemeral key is unknown, used or expired")
-            request[GRANT] = grant.config
-        return await handler(request)
+        if request.path not in SESSION_PATHS or not given.startswith(KEY_PREFIX):
+            return await handler(request)
+        grant = await owners.redeem(given)
+        if grant is None:
+            return json_error(401, "the ephemeral key is unknown, used or expired")
+        request[GRANT] = grant.config
+        try:
+            return await handler(request)
+        finally:
+            if not request.get(KEY_SPENT, False):
+                await owners.give_back(given, grant)
 
     return redeem_key
+
+
+def spend_key(request: web.Request) -> None:
+    """The request opened its realtime session: the ephemeral key it came with, if any, is used up."""
+    request[KEY_SPENT] = True
 
 
 def opening_config(request: web.Request) -> dict[str, Any]:

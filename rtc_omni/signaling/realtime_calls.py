@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from ..protocol import realtime_events as proto
 from ..protocol.validation import describe_validation_error
 from .capabilities import credential_headers, requires
-from .client_secrets import opening_config
+from .client_secrets import opening_config, spend_key
 from .keys import ENGINES
 from .offer import OFFER_REFUSALS, find_peer_session, json_error, open_session, parse_sdp, refusal
 
@@ -96,6 +96,7 @@ async def create_call(request: web.Request) -> web.Response:
         peer, answer = await open_session(request.app, "realtime", sdp, realtime_config=config)
     except OFFER_REFUSALS as exc:
         return refusal(exc, "realtime call")
+    spend_key(request)
     location = str(request.url.with_path(call_path(peer.session_id)).with_query(None))
     headers = {"Location": location, **credential_headers(request, peer.session_id)}
     return web.Response(status=201, text=answer.sdp, content_type=SDP, headers=headers)

@@ -27,7 +27,7 @@ from ..protocol import realtime_events as realtime_proto
 from ..protocol import understand_messages as understand_proto
 from ..sessions.registry import SessionLimitReached
 from ..tasks import TaskSet
-from .client_secrets import opening_config
+from .client_secrets import opening_config, spend_key
 from .factory import AnySession, KindNotServed, Services, create_session
 from .keys import REGISTRY, SETTINGS
 
@@ -205,6 +205,7 @@ async def _serve(
         registry.add(binding)
     except SessionLimitReached as exc:
         return await _refuse(ws, str(exc))
+    spend_key(request)
     try:
         await binding.serve()
     finally:

@@ -28,7 +28,7 @@ from .scrape import METRICS_PATH, WholeServerScrape
 logger = logging.getLogger(__name__)
 
 FORWARDED_FOR = "RTC-Omni-Forwarded-For"
-REDEEM_PATH = "/_workers/redeem"  # an ephemeral key, redeemed by the worker that minted it
+REDEEM_PATH = "/_workers/redeem"  # an ephemeral key, redeemed (POST) or given back (PUT) at its minter
 ATTACH_PATH = "/v1/rtc/offer"  # kind "control" names its session in the body, not the path
 # Headers about one hop's connection, not the message; aiohttp sets its own for each side.
 _HOP_BY_HOP = frozenset(
@@ -86,8 +86,9 @@ class OwnerRouting:
     """Innermost middleware of a worker: serve its own sessions, forward the others' to their owner.
 
     Ephemeral keys (client_secrets.py) are owned the same way: a key names the worker that minted
-    it, and a worker opening a realtime session with another's key has that worker redeem it (once).
-    The session then lives where its request landed; a WebSocket is never forwarded.
+    it, and a worker opening a realtime session with another's key has that worker redeem it (once),
+    and give it back if the session did not open. The session then lives where its request landed;
+    a WebSocket is never forwarded.
     A scrape of /metrics is the whole server's: every worker's figures, merged (scrape.py).
     """
 
@@ -150,10 +151,15 @@ class OwnerRouting:
             await relayed.write_eof()
         return relayed
 
+    def _sibling_minter(self, key: str) -> int | None:
+        """The sibling that minted `key`; None for this worker's keys (and keys no worker made)."""
+        owner = self.worker.owner_of(key.removeprefix(KEY_PREFIX))
+        return None if owner == self.worker.index else owner
+
     async def redeem(self, key: str) -> Grant | None:
         """The grant of `key`, redeemed by the worker that minted it; None if it is not valid."""
-        owner = self.worker.owner_of(key.removeprefix(KEY_PREFIX))
-        if owner is None or owner == self.worker.index:
+        owner = self._sibling_minter(key)
+        if owner is None:
             return self.keys.redeem(key)
         try:
             async with self._client(owner).post(
@@ -167,6 +173,21 @@ class OwnerRouting:
             logger.warning("worker %d could not redeem a key at worker %d: %s", self.worker.index, owner, exc)
             return None
 
+    async def give_back(self, key: str, grant: Grant) -> None:
+        """Make `key` valid again at the worker that minted it (a dead one's keys are lost anyway)."""
+        owner = self._sibling_minter(key)
+        if owner is None:
+            self.keys.give_back(key, grant)
+            return
+        body = {"key": key, "expires_at": grant.expires_at, "config": grant.config}
+        try:
+            async with self._client(owner).put(
+                f"http://worker-{owner}{REDEEM_PATH}", json=body, timeout=REDEEM_TIMEOUT
+            ) as answer:
+                answer.raise_for_status()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            logger.warning("worker %d could not give a key back to worker %d: %s", self.worker.index, owner, exc)
+
     async def redeem_for_sibling(self, request: web.Request) -> web.Response:
         """POST REDEEM_PATH, from a sibling only: redeem one of this worker's keys."""
         if not _came_from_sibling(request):
@@ -175,6 +196,14 @@ class OwnerRouting:
         if grant is None:
             return web.json_response({"error": "unknown, used or expired"}, status=404)
         return web.json_response({"expires_at": grant.expires_at, "config": grant.config})
+
+    async def give_back_for_sibling(self, request: web.Request) -> web.Response:
+        """PUT REDEEM_PATH, from a sibling only: one of this worker's keys, whose session did not open."""
+        if not _came_from_sibling(request):
+            raise web.HTTPNotFound()
+        body = await request.json()
+        self.keys.give_back(str(body["key"]), Grant(float(body["expires_at"]), dict(body["config"])))
+        return web.Response(status=204)
 
     async def close(self, _app: web.Application | None = None) -> None:
         for client in self._clients.values():

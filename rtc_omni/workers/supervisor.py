@@ -5,16 +5,17 @@ port to print and to hand down, and keeps it bound while the workers listen on i
 any event loop or aiortc object exists: each worker builds its own. It makes the state the workers
 share: the session-token key, the session counts (slots.py) and the folder of their Unix sockets.
 
-A worker that dies takes its sessions' media with it; the parent does not restart it silently but
-logs which one died and how, stops the others and exits non-zero, so that the service manager
-(systemd, Kubernetes) restarts the whole server and the clients see their sessions end.
-SIGTERM/SIGINT are passed on to the workers, which close their sessions as a single server does.
+A worker that dies takes its sessions' media with it, and only its own: the parent logs which one
+died and how, frees its session slots and starts it again (restarts.py), unless it keeps dying
+soon after its start: then the parent stops the others and exits non-zero, for the service manager
+(systemd, Kubernetes) to deal with. SIGTERM/SIGINT are passed on to the workers, which close their
+sessions as a single server does.
 
 With --engine vllm the model is loaded once, in an engine process the parent starts before the
 workers and stops after them; the workers reach it as a remote engine reaches an upstream
 (engine_process.py). When it exits, or says it is unhealthy, the parent does the same as for a
-dead worker, 5 s later (so that the turns in flight can say why they failed): it stops the workers
-and exits non-zero.
+worker that keeps dying, 5 s later (so that the turns in flight can say why they failed): it stops
+the workers and exits non-zero.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from types import FrameType
 from ..config import Settings
 from .engine_process import EngineProcess, remote_settings
 from .identity import Worker
-from .processes import describe_exit, die_with_parent
+from .processes import die_with_parent
+from .restarts import POLL_S, Workers
 from .shared_port import bind_shared_port
 from .slots import SessionSlots
 
@@ -46,7 +48,6 @@ logger = logging.getLogger(__name__)
 # What the CLI runs in each worker: settings, the worker, the callback once it listens -> exit status.
 ServeWorker = Callable[[Settings, Worker, Callable[[int], None]], int]
 STOP_GRACE_S = 15.0  # a worker's own shutdown takes up to app.SHUTDOWN_TIMEOUT_S (10 s)
-POLL_S = 0.5
 # After the engine failed, before the workers stop: time for the turns in flight to fail with the
 # engine's reason, which their clients would not hear from a worker that is shutting down.
 ENGINE_FAILURE_GRACE_S = 5.0
@@ -74,9 +75,9 @@ def _worker_main(
 
 
 def run_workers(settings: Settings, serve_worker: ServeWorker, on_listening: Callable[[int], None]) -> int:
-    """Serve with `settings.worker_count` workers until SIGTERM/SIGINT (0), or until a worker or the
-    engine process dies (non-zero). With --engine vllm the engine process starts, and loads its model,
-    before the workers are forked (engine_process.py).
+    """Serve with `settings.worker_count` workers until SIGTERM/SIGINT (0), or until a worker keeps
+    dying or the engine process dies (non-zero). With --engine vllm the engine process starts, and
+    loads its model, before the workers are forked (engine_process.py).
 
     Raises OSError when the port cannot be bound, EngineStartError when the engine does not start."""
     count = settings.worker_count
@@ -87,8 +88,8 @@ def run_workers(settings: Settings, serve_worker: ServeWorker, on_listening: Cal
     ready_reader, ready_writer = context.Pipe(duplex=False)
     slots = SessionSlots(count)
     token_key = secrets.token_bytes(32)
-    processes: list[multiprocessing.process.BaseProcess] = []
     engine: EngineProcess | None = None
+    workers = Workers(slots)
     # Signals are recorded from here on, so that a stop request never cuts the start or the cleanup short.
     with _stop_requests() as stopping:
         try:
@@ -99,7 +100,8 @@ def run_workers(settings: Settings, serve_worker: ServeWorker, on_listening: Cal
                     logger.info("%s before the engine was ready: stopping it", signal.Signals(stopping[0]).name)
                     return 0
                 settings = remote_settings(settings, url, engine.token)
-            for index in range(count):
+
+            def start_worker(index: int) -> multiprocessing.process.BaseProcess:
                 worker = Worker(index, count, socket_dir, token_key, slots.owned_by(index))
                 process = context.Process(
                     target=_worker_main,
@@ -107,10 +109,12 @@ def run_workers(settings: Settings, serve_worker: ServeWorker, on_listening: Cal
                     name=f"rtc-omni-worker-{index}",
                 )
                 process.start()
-                processes.append(process)
-            return _supervise(processes, engine, ready_reader, slots, stopping, lambda: on_listening(port))
+                return process
+
+            workers.start_all(start_worker, count)
+            return _supervise(workers, engine, ready_reader, stopping, lambda: on_listening(port))
         finally:
-            _stop(processes)
+            _stop(workers.processes)
             if engine is not None:
                 engine.stop()
             shutil.rmtree(socket_dir, ignore_errors=True)
@@ -134,39 +138,34 @@ def _stop_requests() -> Iterator[list[int]]:
 
 
 def _supervise(
-    processes: list[multiprocessing.process.BaseProcess],
+    workers: Workers,
     engine: EngineProcess | None,
     ready: multiprocessing.connection.Connection,
-    slots: SessionSlots,
     stopping: list[int],
     on_all_ready: Callable[[], None],
 ) -> int:
-    """Watch the workers and the engine until a stop request lands in `stopping` (0), or one dies (non-zero)."""
-    waiting_for = set(range(len(processes)))
-    sentinels = {process.sentinel: index for index, process in enumerate(processes)}
+    """Watch the workers and the engine until a stop request lands in `stopping` (0), or a worker
+    keeps dying or the engine dies (non-zero). A dead worker is restarted (restarts.py)."""
+    waiting_for = set(range(len(workers.processes)))  # the first start, which the banner waits for
     while not stopping:
-        for event in multiprocessing.connection.wait([ready, *sentinels], timeout=POLL_S):
-            if event is ready:
-                waiting_for.discard(ready.recv())
+        workers.restart_due()
+        sentinels = workers.sentinels()
+        for event in multiprocessing.connection.wait([ready, *sentinels], timeout=workers.wait_s()):
+            if event is not ready:
+                if (status := workers.died(sentinels[event])) is not None:  # type: ignore[index]
+                    return status
+                continue
+            index = ready.recv()
+            workers.ready(index)
+            if waiting_for:
+                waiting_for.discard(index)
                 if not waiting_for:
                     on_all_ready()
-                continue
-            index = sentinels[event]  # type: ignore[index]
-            process = processes[index]
-            process.join()
-            slots.clear(index)
-            logger.error(
-                "worker %d (pid %s) %s; stopping the other workers (its sessions are lost)",
-                index,
-                process.pid,
-                describe_exit(process.exitcode),
-            )
-            return process.exitcode if process.exitcode and process.exitcode > 0 else 1
         if engine is not None and (failure := engine.failure()) is not None:
             logger.error("%s; stopping the workers in %g s (every session ends)", failure, ENGINE_FAILURE_GRACE_S)
             _pause(ENGINE_FAILURE_GRACE_S, stopping)
             return 1
-    logger.info("%s: stopping %d workers", signal.Signals(stopping[0]).name, len(processes))
+    logger.info("%s: stopping %d workers", signal.Signals(stopping[0]).name, len(workers.processes))
     return 0
 
 
