@@ -18,13 +18,14 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .codec import Refusal, ServerEvent, TypedMessage, UnknownMessage, message_parser
-from .validation import describe_validation_error
+from .validation import describe_validation_error, field_path, quoted, shortened
 
 WEBSOCKET_PATH = "/v1/realtime"
 PCM_RATE = 24_000  # audio/pcm, in and out
 MAX_ITEM_ID_CHARS = 64
 MAX_CONTENT_PARTS = 32
 MAX_INSTRUCTIONS_CHARS = 64 * 1024
+MAX_EVENT_ID_CHARS = 512
 
 # Error types and codes, as OpenAI names them where it has a name.
 INVALID_REQUEST = "invalid_request_error"
@@ -54,11 +55,19 @@ def new_id(prefix: str) -> str:
 
 
 def item_not_found(item_id: str) -> str:
-    return f"Item with item_id '{item_id}' not found in the conversation"
+    return f"Item with item_id '{shortened(item_id)}' not found in the conversation"
+
+
+def previous_item_not_found(item_id: str) -> str:
+    return f"Previous item with item_id '{shortened(item_id)}' not found in the conversation"
+
+
+def item_exists(item_id: str) -> str:
+    return f"Item with item_id '{shortened(item_id)}' already exists"
 
 
 def unknown_event(msg_type: Any) -> str:
-    return f"Invalid value: {msg_type!r}. Supported values are the client events listed in docs/realtime.md"
+    return f"Invalid value: {quoted(msg_type)}. Supported values are the client events listed in docs/realtime.md"
 
 
 # ----------------------------------------------------------------------------- session config
@@ -234,7 +243,7 @@ class ItemIn(BaseModel):
 class ClientEvent(TypedMessage):
     model_config = ConfigDict(extra="forbid")
 
-    event_id: str | None = Field(None, max_length=512)
+    event_id: str | None = Field(None, max_length=MAX_EVENT_ID_CHARS)
 
 
 class SessionUpdate(ClientEvent):
@@ -347,12 +356,12 @@ def decode(raw: str) -> ClientMessage | InvalidEvent | Refusal:
     if not isinstance(value, dict):
         return Refusal(NOT_AN_OBJECT)
     event_id = value.get("event_id")
-    event_id = event_id if isinstance(event_id, str) else None
+    event_id = event_id if isinstance(event_id, str) and len(event_id) <= MAX_EVENT_ID_CHARS else None
     try:
         message = _PARSER.validate_python(value)
     except ValidationError as exc:
         first = exc.errors()[0]
-        param = ".".join(str(part) for part in first["loc"][1:]) or None  # [0] is the union's tag
+        param = field_path(first["loc"][1:]) or None  # [0] is the union's tag
         tag = f"{value.get('type')}."
         text = describe_validation_error(exc, lambda field: field.removeprefix(tag))
         return InvalidEvent(type=value.get("type"), event_id=event_id, message=text, param=param)

@@ -364,9 +364,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
     async def _create_item(self, message: proto.ItemCreate) -> None:
         item_in = message.item
         if item_in.id is not None and self._conversation.get(item_in.id) is not None:
-            self._error(
-                f"Item with item_id '{item_in.id}' already exists", code="invalid_value", event_id=message.event_id
-            )
+            self._error(proto.item_exists(item_in.id), code="invalid_value", event_id=message.event_id)
             return
         parts: list[Part] = []
         for index, part in enumerate(item_in.content):
@@ -392,7 +390,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             previous = self._conversation.insert(item, message.previous_item_id)
         except KeyError:
             self._error(
-                f"Previous item with item_id '{message.previous_item_id}' not found in the conversation",
+                proto.previous_item_not_found(str(message.previous_item_id)),
                 code="invalid_value",
                 event_id=message.event_id,
                 param="previous_item_id",
