@@ -1,5 +1,8 @@
-"""Bounded attacks on the realtime surface (issue 35): client strings echoed in errors. Each one
-holds as a user would see it: the error stays short, and the session goes on.
+"""Bounded attacks on the realtime surface (issue 35): a client that stops reading, and client
+strings echoed in errors. Each one holds as a user would see it: the client is disconnected with a
+reason, the error stays short, and the process grows less than a stated bound meanwhile.
+
+The server runs in the test's process, so the growth counts the client's buffers too.
 """
 
 from __future__ import annotations
@@ -7,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,11 +18,46 @@ import aiohttp
 import pytest
 
 from rtc_omni.protocol import generate_messages, realtime_events, understand_messages
+from rtc_omni.signaling.websocket import MAX_OUTBOX_BYTES, NOT_READING
 
 from .conftest import RunningServer, WsFactory
+from .waiting import wait_until
 
 MiB = 2**20
+BIG_TEXT = "x" * (4 * MiB)  # one user item's text, as the issue's attacks sent it
 MAX_ERROR_BYTES = 1024  # an error event that names a client's megabyte
+GROWTH_BOUND = 2 * MAX_OUTBOX_BYTES  # what any one attack below may add to the process, at its peak
+RSS_SAMPLE_S = 0.02
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class PeakGrowth:
+    """The process's resident memory sampled while the block runs: its peak over where it began."""
+
+    def __init__(self) -> None:
+        self.start = self.peak = rss_bytes()
+
+    async def _sample(self) -> None:
+        while True:
+            self.peak = max(self.peak, rss_bytes())
+            await asyncio.sleep(RSS_SAMPLE_S)
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.start
+
+    @contextlib.asynccontextmanager
+    async def watching(self) -> AsyncIterator[PeakGrowth]:
+        sampler = asyncio.ensure_future(self._sample())
+        try:
+            yield self
+        finally:
+            sampler.cancel()
+            self.peak = max(self.peak, rss_bytes())
 
 
 @contextlib.asynccontextmanager
@@ -41,6 +80,28 @@ async def next_of(ws: aiohttp.ClientWebSocketResponse, *types: str) -> dict[str,
 def user_text(text: str, **item: Any) -> dict[str, Any]:
     content = [{"type": "input_text", "text": text}]
     return {"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": content, **item}}
+
+
+# ----------------------------------------------------------------------------- a client that stops reading
+
+
+async def test_a_client_that_stops_reading_is_disconnected_with_a_reason(server: RunningServer) -> None:
+    retrieves = 48  # of a 4 MiB item: 192 MiB of events, three times the outbox's bound
+    async with realtime_socket(server) as ws:
+        async with PeakGrowth().watching() as memory:
+            await ws.send_json(user_text(BIG_TEXT, id="big"))
+            for _ in range(retrieves):
+                await ws.send_json({"type": "conversation.item.retrieve", "item_id": "big"})
+            await asyncio.sleep(3)  # reading nothing while the server answers
+        retrieved = 0
+        async with asyncio.timeout(20):
+            while (message := await ws.receive()).type == aiohttp.WSMsgType.TEXT:
+                retrieved += json.loads(message.data)["type"] == "conversation.item.retrieved"
+
+    assert (message.type, message.data, message.extra) == (aiohttp.WSMsgType.CLOSE, 1008, NOT_READING)
+    assert retrieved < retrieves
+    assert memory.growth < GROWTH_BOUND, f"{memory.growth / MiB:.0f} MiB"
+    await wait_until(lambda: len(server.registry) == 0)  # the session is gone with its socket
 
 
 # ----------------------------------------------------------------------------- client strings in errors
