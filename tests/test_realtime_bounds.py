@@ -1,6 +1,7 @@
-"""Bounded attacks on the realtime surface (issue 35): a client that stops reading, and client
-strings echoed in errors. Each one holds as a user would see it: the client is disconnected with a
-reason, the error stays short, and the process grows less than a stated bound meanwhile.
+"""Bounded attacks on the realtime surface (issue 35): a client that stops reading, client strings
+echoed in errors, and conversation text. Each one holds as a user would see it: the client is
+disconnected with a reason, the error stays short, the oldest text is dropped, and the process
+grows less than a stated bound meanwhile.
 
 The server runs in the test's process, so the growth counts the client's buffers too.
 """
@@ -147,3 +148,22 @@ async def test_a_vllm_omni_error_names_a_clients_megabyte_in_a_few_characters(
 
     assert len(json.dumps(error)) < MAX_ERROR_BYTES, error["message"][:200]
     assert error["message"].endswith("xxx...")
+
+
+# ----------------------------------------------------------------------------- conversation text
+
+
+async def test_conversation_text_counts_toward_the_byte_bound_and_the_oldest_items_go(server: RunningServer) -> None:
+    items = 40  # of 4 MiB: 160 MiB of text, past the conversation's 64 MiB
+    async with realtime_socket(server) as ws, PeakGrowth().watching() as memory:
+        for n in range(items):
+            await ws.send_json(user_text(BIG_TEXT, id=f"item_{n}"))
+            await next_of(ws, "conversation.item.done")
+        await ws.send_json({"type": "conversation.item.retrieve", "item_id": "item_0"})
+        oldest = await next_of(ws, "error", "conversation.item.retrieved")
+        await ws.send_json({"type": "conversation.item.retrieve", "item_id": f"item_{items - 1}"})
+        newest = await next_of(ws, "error", "conversation.item.retrieved")
+
+    assert oldest["type"] == "error" and oldest["error"]["code"] == "item_not_found"
+    assert newest["type"] == "conversation.item.retrieved"
+    assert memory.growth < GROWTH_BOUND, f"{memory.growth / MiB:.0f} MiB"

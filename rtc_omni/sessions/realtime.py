@@ -657,6 +657,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             "kind": self.kind,
             "state": self.state,
             "items": len(self._conversation),
+            "conversation_bytes": self._conversation.held_bytes,
             "audio_ms_buffered": round(self._listening.audio.duration_ms, 1),
             "camera_frames": len(self._camera.frames),
             "frames_received": self._camera.counters.received,
