@@ -1,7 +1,7 @@
 """Bounded attacks on the realtime surface (issue 35): a client that stops reading, client strings
-echoed in errors, and conversation text. Each one holds as a user would see it: the client is
-disconnected with a reason, the error stays short, the oldest text is dropped, and the process
-grows less than a stated bound meanwhile.
+echoed in errors, conversation text, and session configs. Each one holds as a user would see it:
+the client is disconnected with a reason, the error stays short, the oldest text is dropped, the
+config keeps only OpenAI's fields, and the process grows less than a stated bound meanwhile.
 
 The server runs in the test's process, so the growth counts the client's buffers too.
 """
@@ -22,6 +22,7 @@ from rtc_omni.protocol import generate_messages, realtime_events, understand_mes
 from rtc_omni.signaling.websocket import MAX_OUTBOX_BYTES, NOT_READING
 
 from .conftest import RunningServer, WsFactory
+from .realtime_client import connect
 from .waiting import wait_until
 
 MiB = 2**20
@@ -167,3 +168,65 @@ async def test_conversation_text_counts_toward_the_byte_bound_and_the_oldest_ite
     assert oldest["type"] == "error" and oldest["error"]["code"] == "item_not_found"
     assert newest["type"] == "conversation.item.retrieved"
     assert memory.growth < GROWTH_BOUND, f"{memory.growth / MiB:.0f} MiB"
+
+
+# ----------------------------------------------------------------------------- session config
+
+AGENT_SESSION = {  # what an agent framework on the SDK's types sends: every field is OpenAI's
+    "type": "realtime",
+    "instructions": "Be brief.",
+    "output_modalities": ["audio"],
+    "max_output_tokens": "inf",
+    "tool_choice": "auto",
+    "tools": [
+        {
+            "type": "function",
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        }
+    ],
+    "tracing": {"workflow_name": "support", "group_id": "g1"},
+    "truncation": "auto",
+    "include": ["item.input_audio_transcription.logprobs"],
+    "audio": {
+        "input": {"noise_reduction": {"type": "near_field"}, "turn_detection": None},
+        "output": {"voice": "marin", "speed": 1.1},
+    },
+}
+
+
+async def test_session_update_keeps_openais_fields_and_drops_unknown_keys(server: RunningServer) -> None:
+    async with connect(server) as rt:
+        await rt.send({"type": "session.update", "session": {**AGENT_SESSION, "modalities": ["text"], "foo": 1}})
+        session = (await rt.until("session.updated"))[-1]["session"]
+
+    for field, value in AGENT_SESSION.items():
+        if field != "audio":
+            assert session[field] == value, field
+    assert session["audio"]["input"]["noise_reduction"] == {"type": "near_field"}
+    assert session["audio"]["output"]["voice"] == "marin" and session["audio"]["output"]["speed"] == 1.1
+    assert "modalities" not in session and "foo" not in session  # the beta's name and a stranger: dropped
+
+
+async def test_session_updates_of_unknown_keys_keep_nothing_and_echo_little(server: RunningServer) -> None:
+    async with realtime_socket(server) as ws:
+        for n in range(24):  # 24 MiB of unknown keys, at every level of the config
+            junk = {f"junk_{n}": "x" * (MiB // 2)}
+            await ws.send_json({"type": "session.update", "session": {**junk, "audio": {"input": junk}}})
+            updated = await next_of(ws, "session.updated")
+            assert len(json.dumps(updated)) < MAX_ERROR_BYTES * 2, n
+
+
+async def test_passed_through_fields_are_bounded_in_bytes_and_the_session_goes_on(server: RunningServer) -> None:
+    tools = [{"type": "function", "name": f"tool_{n}", "description": "x" * 1000} for n in range(300)]
+    async with connect(server) as rt:
+        await rt.send({"type": "session.update", "event_id": "evt_big", "session": {"tools": tools}})
+        error = (await rt.until("error"))[-1]["error"]
+        await rt.send({"type": "session.update", "session": {"tools": tools[:10]}})
+        session = (await rt.until("session.updated"))[-1]["session"]
+
+    assert (error["code"], error["param"], error["event_id"]) == ("invalid_value", "session", "evt_big")
+    assert str(realtime_events.MAX_SESSION_PASS_THROUGH_BYTES) in error["message"]
+    assert len(error["message"]) < MAX_ERROR_BYTES
+    assert session["tools"] == tools[:10]

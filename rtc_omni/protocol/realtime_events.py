@@ -26,6 +26,9 @@ MAX_ITEM_ID_CHARS = 64
 MAX_CONTENT_PARTS = 32
 MAX_INSTRUCTIONS_CHARS = 64 * 1024
 MAX_EVENT_ID_CHARS = 512
+# The session's fields other than `instructions`, as JSON: room for what the SDK and agent frameworks
+# pass through (tools with their schemas, tracing, prompt, voice), which is kept and reported back.
+MAX_SESSION_PASS_THROUGH_BYTES = 256 * 1024
 
 # Error types and codes, as OpenAI names them where it has a name.
 INVALID_REQUEST = "invalid_request_error"
@@ -73,18 +76,28 @@ def unknown_event(msg_type: Any) -> str:
 # ----------------------------------------------------------------------------- session config
 
 
-class Lenient(BaseModel):
-    """A config object: fields we honour are typed, the rest are kept and echoed back unchanged."""
-
-    model_config = ConfigDict(extra="allow")
+def _unset(value: Any) -> bool:
+    return value is None
 
 
-class AudioFormat(Lenient):
+# A field of OpenAI's session object that the engine does not act on: kept as sent and reported back
+# (not when unset), within MAX_SESSION_PASS_THROUGH_BYTES; its shape is the client's business.
+PassedThrough = Annotated[Any, Field(exclude_if=_unset)]
+
+
+class Known(BaseModel):
+    """An object of OpenAI's, as the `openai` SDK defines it (RealtimeSessionCreateRequest and its parts,
+    a response's params): its fields are kept, any other key is dropped, so what is kept stays bounded."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class AudioFormat(Known):
     type: Literal["audio/pcm"] = "audio/pcm"
     rate: Literal[24000] = 24000  # PCM_RATE
 
 
-class TurnDetectionConfig(Lenient):
+class TurnDetectionConfig(Known):
     """Server VAD with OpenAI's names and defaults; `semantic_vad` runs the same VAD, its silence
     taken from `eagerness` (SEMANTIC_SILENCE_MS)."""
 
@@ -95,6 +108,7 @@ class TurnDetectionConfig(Lenient):
     create_response: bool = True
     interrupt_response: bool = True
     eagerness: Literal["low", "medium", "high", "auto"] = "auto"
+    idle_timeout_ms: PassedThrough = None
 
     @property
     def silence_ms(self) -> int:
@@ -104,18 +118,31 @@ class TurnDetectionConfig(Lenient):
 SEMANTIC_SILENCE_MS = {"low": 1000, "medium": 600, "auto": 600, "high": 350}
 
 
-class AudioInputConfig(Lenient):
+class TranscriptionConfig(Known):
+    """`audio.input.transcription`: its `language` is a hint to the recogniser; the rest is reported back."""
+
+    language: Annotated[str | None, Field(exclude_if=_unset)] = None
+    model: PassedThrough = None
+    prompt: PassedThrough = None
+    delay: PassedThrough = None
+    keywords: PassedThrough = None
+    languages: PassedThrough = None
+
+
+class AudioInputConfig(Known):
     format: AudioFormat = Field(default_factory=AudioFormat)
     turn_detection: TurnDetectionConfig | None = None
-    transcription: dict[str, Any] | None = None
+    transcription: TranscriptionConfig | None = None
+    noise_reduction: PassedThrough = None
 
 
-class AudioOutputConfig(Lenient):
+class AudioOutputConfig(Known):
     format: AudioFormat = Field(default_factory=AudioFormat)
-    voice: str | None = None
+    voice: PassedThrough = None
+    speed: PassedThrough = None
 
 
-class AudioConfig(Lenient):
+class AudioConfig(Known):
     input: AudioInputConfig = Field(default_factory=AudioInputConfig)
     output: AudioOutputConfig = Field(default_factory=AudioOutputConfig)
 
@@ -128,7 +155,7 @@ def _audio_only() -> list[Modality]:
     return ["audio"]
 
 
-class SessionConfig(Lenient):
+class SessionConfig(Known):
     """The realtime session as `session.created` / `session.updated` report it."""
 
     type: Literal["realtime"] = "realtime"
@@ -136,6 +163,25 @@ class SessionConfig(Lenient):
     instructions: str = Field("", max_length=MAX_INSTRUCTIONS_CHARS)
     output_modalities: Modalities = Field(default_factory=_audio_only)
     audio: AudioConfig = Field(default_factory=AudioConfig)
+    include: PassedThrough = None
+    max_output_tokens: PassedThrough = None
+    parallel_tool_calls: PassedThrough = None
+    prompt: PassedThrough = None
+    reasoning: PassedThrough = None
+    tool_choice: PassedThrough = None
+    tools: PassedThrough = None
+    tracing: PassedThrough = None
+    truncation: PassedThrough = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> SessionConfig:
+        size = len(json.dumps(self.model_dump(mode="json", exclude={"instructions"})))
+        if size > MAX_SESSION_PASS_THROUGH_BYTES:
+            raise ValueError(
+                f"its fields other than instructions hold {size} bytes of JSON, over this server's "
+                f"{MAX_SESSION_PASS_THROUGH_BYTES} (docs/realtime.md)"
+            )
+        return self
 
     def updated(self, changes: dict[str, Any]) -> SessionConfig:
         """This config with `changes` merged in (objects merge key by key); ValidationError if invalid."""
@@ -299,7 +345,7 @@ class ItemTruncate(ClientEvent):
     audio_end_ms: int = Field(ge=0)
 
 
-class ResponseParams(Lenient):
+class ResponseParams(Known):
     instructions: str | None = Field(None, max_length=MAX_INSTRUCTIONS_CHARS)
     output_modalities: Modalities | None = None
 

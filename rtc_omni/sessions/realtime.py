@@ -330,8 +330,8 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         """Deltas as the recogniser writes them, then the transcript, kept on the item as its history."""
         assert self._transcriber is not None  # nothing is queued without one
         part = item.parts[0]
-        language = (self.config.audio.input.transcription or {}).get("language")
-        stream = self._transcriber.transcribe(part.audio, language if isinstance(language, str) else None)
+        transcription = self.config.audio.input.transcription
+        stream = self._transcriber.transcribe(part.audio, transcription.language if transcription else None)
         transcript = ""
         try:
             async with asyncio.timeout(self.settings.engine_stall_timeout), aclosing(stream):
