@@ -19,7 +19,7 @@ from typing import Annotated, Any, ClassVar, TypeVar, get_args
 
 from pydantic import BaseModel, Discriminator, Tag, TypeAdapter, ValidationError
 
-from .validation import describe_validation_error
+from .validation import describe_validation_error, shortened
 
 logger = logging.getLogger(__name__)
 M = TypeVar("M")
@@ -29,6 +29,11 @@ BINARY_NOT_SUPPORTED = "Binary messages are not supported; send JSON text"
 MESSAGE_QUEUE_FULL = "Message queue full; message dropped"
 
 UNKNOWN_TAG = "unknown"
+
+
+def internal_error(msg_type: Any) -> str:
+    """The error for a message whose handling failed (a bug of ours), naming its type."""
+    return f"Internal error handling {shortened(msg_type)}"
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,7 @@ def decode_message(
         return parser.validate_python(value)
     except Exception:  # a validator's bug is refused as the loop refuses a handler's, never raised
         logger.exception("parsing a %r message failed", value.get("type"))
-        return Refusal(f"Internal error handling {value.get('type')!s}")
+        return Refusal(internal_error(value.get("type")))
 
 
 def message_parser(union: Any) -> TypeAdapter[Any]:

@@ -25,6 +25,7 @@ from .codec import (
     message_parser,
     parsed_or_invalid,
 )
+from .validation import shortened
 
 WEBSOCKET_PATH = "/v1/realtime/video"
 RECORDING_PATH = "/v1/rtc/sessions/{session_id}/recording"  # GET: the MP4 of a `record: true` generation
@@ -54,7 +55,7 @@ INVALID_INTERACTION = "invalid_interaction"
 
 
 def expected_start_error(got: Any) -> str:
-    return f"Expected session.start, got: {got}"
+    return f"Expected session.start, got: {shortened(got)}"
 
 
 def invalid_start_error(details: str) -> str:
@@ -62,15 +63,19 @@ def invalid_start_error(details: str) -> str:
 
 
 def model_mismatch_error(requested: str, served: str) -> str:
-    return f"Model mismatch: request specifies '{requested}' but server is running '{served}'."
+    return f"Model mismatch: request specifies '{shortened(requested)}' but server is running '{served}'."
 
 
 def invalid_interaction_error(details: str) -> str:
     return f"Invalid session.interaction: {details}"
 
 
+def duplicate_event_id_error(event_id: str) -> str:
+    return f"Duplicate event_id: {shortened(event_id)}"
+
+
 def unknown_message_type_error(msg_type: Any) -> str:
-    return f"Unknown message type: {msg_type}"
+    return f"Unknown message type: {shortened(msg_type)}"
 
 
 # Request fields that override the engine's diffusion defaults only when the client sets them.

@@ -18,13 +18,17 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .codec import Refusal, ServerEvent, TypedMessage, UnknownMessage, message_parser
-from .validation import describe_validation_error
+from .validation import describe_validation_error, field_path, quoted, shortened
 
 WEBSOCKET_PATH = "/v1/realtime"
 PCM_RATE = 24_000  # audio/pcm, in and out
 MAX_ITEM_ID_CHARS = 64
 MAX_CONTENT_PARTS = 32
 MAX_INSTRUCTIONS_CHARS = 64 * 1024
+MAX_EVENT_ID_CHARS = 512
+# The session's fields other than `instructions`, as JSON: room for what the SDK and agent frameworks
+# pass through (tools with their schemas, tracing, prompt, voice), which is kept and reported back.
+MAX_SESSION_PASS_THROUGH_BYTES = 256 * 1024
 
 # Error types and codes, as OpenAI names them where it has a name.
 INVALID_REQUEST = "invalid_request_error"
@@ -55,28 +59,46 @@ def new_id(prefix: str) -> str:
 
 
 def item_not_found(item_id: str) -> str:
-    return f"Item with item_id '{item_id}' not found in the conversation"
+    return f"Item with item_id '{shortened(item_id)}' not found in the conversation"
+
+
+def previous_item_not_found(item_id: str) -> str:
+    return f"Previous item with item_id '{shortened(item_id)}' not found in the conversation"
+
+
+def item_exists(item_id: str) -> str:
+    return f"Item with item_id '{shortened(item_id)}' already exists"
 
 
 def unknown_event(msg_type: Any) -> str:
-    return f"Invalid value: {msg_type!r}. Supported values are the client events listed in docs/realtime.md"
+    return f"Invalid value: {quoted(msg_type)}. Supported values are the client events listed in docs/realtime.md"
 
 
 # ----------------------------------------------------------------------------- session config
 
 
-class Lenient(BaseModel):
-    """A config object: fields we honour are typed, the rest are kept and echoed back unchanged."""
-
-    model_config = ConfigDict(extra="allow")
+def _unset(value: Any) -> bool:
+    return value is None
 
 
-class AudioFormat(Lenient):
+# A field of OpenAI's session object that the engine does not act on: kept as sent and reported back
+# (not when unset), within MAX_SESSION_PASS_THROUGH_BYTES; its shape is the client's business.
+PassedThrough = Annotated[Any, Field(exclude_if=_unset)]
+
+
+class Known(BaseModel):
+    """An object of OpenAI's, as the `openai` SDK defines it (RealtimeSessionCreateRequest and its parts,
+    a response's params): its fields are kept, any other key is dropped, so what is kept stays bounded."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class AudioFormat(Known):
     type: Literal["audio/pcm"] = "audio/pcm"
     rate: Literal[24000] = 24000  # PCM_RATE
 
 
-class TurnDetectionConfig(Lenient):
+class TurnDetectionConfig(Known):
     """Server VAD with OpenAI's names and defaults; `semantic_vad` runs the same VAD, its silence
     taken from `eagerness` (SEMANTIC_SILENCE_MS)."""
 
@@ -87,6 +109,7 @@ class TurnDetectionConfig(Lenient):
     create_response: bool = True
     interrupt_response: bool = True
     eagerness: Literal["low", "medium", "high", "auto"] = "auto"
+    idle_timeout_ms: PassedThrough = None
 
     @property
     def silence_ms(self) -> int:
@@ -96,18 +119,31 @@ class TurnDetectionConfig(Lenient):
 SEMANTIC_SILENCE_MS = {"low": 1000, "medium": 600, "auto": 600, "high": 350}
 
 
-class AudioInputConfig(Lenient):
+class TranscriptionConfig(Known):
+    """`audio.input.transcription`: its `language` is a hint to the recogniser; the rest is reported back."""
+
+    language: Annotated[str | None, Field(exclude_if=_unset)] = None
+    model: PassedThrough = None
+    prompt: PassedThrough = None
+    delay: PassedThrough = None
+    keywords: PassedThrough = None
+    languages: PassedThrough = None
+
+
+class AudioInputConfig(Known):
     format: AudioFormat = Field(default_factory=AudioFormat)
     turn_detection: TurnDetectionConfig | None = None
-    transcription: dict[str, Any] | None = None
+    transcription: TranscriptionConfig | None = None
+    noise_reduction: PassedThrough = None
 
 
-class AudioOutputConfig(Lenient):
+class AudioOutputConfig(Known):
     format: AudioFormat = Field(default_factory=AudioFormat)
-    voice: str | None = None
+    voice: PassedThrough = None
+    speed: PassedThrough = None
 
 
-class AudioConfig(Lenient):
+class AudioConfig(Known):
     input: AudioInputConfig = Field(default_factory=AudioInputConfig)
     output: AudioOutputConfig = Field(default_factory=AudioOutputConfig)
 
@@ -120,7 +156,7 @@ def _audio_only() -> list[Modality]:
     return ["audio"]
 
 
-class SessionConfig(Lenient):
+class SessionConfig(Known):
     """The realtime session as `session.created` / `session.updated` report it."""
 
     type: Literal["realtime"] = "realtime"
@@ -128,6 +164,25 @@ class SessionConfig(Lenient):
     instructions: str = Field("", max_length=MAX_INSTRUCTIONS_CHARS)
     output_modalities: Modalities = Field(default_factory=_audio_only)
     audio: AudioConfig = Field(default_factory=AudioConfig)
+    include: PassedThrough = None
+    max_output_tokens: PassedThrough = None
+    parallel_tool_calls: PassedThrough = None
+    prompt: PassedThrough = None
+    reasoning: PassedThrough = None
+    tool_choice: PassedThrough = None
+    tools: PassedThrough = None
+    tracing: PassedThrough = None
+    truncation: PassedThrough = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> SessionConfig:
+        size = len(json.dumps(self.model_dump(mode="json", exclude={"instructions"})))
+        if size > MAX_SESSION_PASS_THROUGH_BYTES:
+            raise ValueError(
+                f"its fields other than instructions hold {size} bytes of JSON, over this server's "
+                f"{MAX_SESSION_PASS_THROUGH_BYTES} (docs/realtime.md)"
+            )
+        return self
 
     def updated(self, changes: dict[str, Any]) -> SessionConfig:
         """This config with `changes` merged in (objects merge key by key); ValidationError if invalid."""
@@ -235,7 +290,7 @@ class ItemIn(BaseModel):
 class ClientEvent(TypedMessage):
     model_config = ConfigDict(extra="forbid")
 
-    event_id: str | None = Field(None, max_length=512)
+    event_id: str | None = Field(None, max_length=MAX_EVENT_ID_CHARS)
 
 
 class SessionUpdate(ClientEvent):
@@ -291,7 +346,7 @@ class ItemTruncate(ClientEvent):
     audio_end_ms: int = Field(ge=0)
 
 
-class ResponseParams(Lenient):
+class ResponseParams(Known):
     instructions: str | None = Field(None, max_length=MAX_INSTRUCTIONS_CHARS)
     output_modalities: Modalities | None = None
 
@@ -348,12 +403,12 @@ def decode(raw: str) -> ClientMessage | InvalidEvent | Refusal:
     if not isinstance(value, dict):
         return Refusal(NOT_AN_OBJECT)
     event_id = value.get("event_id")
-    event_id = event_id if isinstance(event_id, str) else None
+    event_id = event_id if isinstance(event_id, str) and len(event_id) <= MAX_EVENT_ID_CHARS else None
     try:
         message = _PARSER.validate_python(value)
     except ValidationError as exc:
         first = exc.errors()[0]
-        param = ".".join(str(part) for part in first["loc"][1:]) or None  # [0] is the union's tag
+        param = field_path(first["loc"][1:]) or None  # [0] is the union's tag
         tag = f"{value.get('type')}."
         text = describe_validation_error(exc, lambda field: field.removeprefix(tag))
         return InvalidEvent(type=value.get("type"), event_id=event_id, message=text, param=param)

@@ -28,6 +28,7 @@ from .codec import (
     message_parser,
     parsed_or_invalid,
 )
+from .validation import shortened
 
 WEBSOCKET_PATH = "/v1/video/chat/stream"
 
@@ -50,7 +51,7 @@ NO_ACTIVE_RESPONSE = "No active response to cancel"
 
 
 def expected_config_error(got: Any) -> str:
-    return f"Expected session.config, got: {got}"
+    return f"Expected session.config, got: {shortened(got)}"
 
 
 def invalid_config_error(details: str) -> str:
@@ -58,7 +59,7 @@ def invalid_config_error(details: str) -> str:
 
 
 def unknown_type_error(msg_type: Any) -> str:
-    return f"Unknown type: {msg_type}"
+    return f"Unknown type: {shortened(msg_type)}"
 
 
 MAX_AUDIO_BUFFER_BYTES = 4 * 1024 * 1024

@@ -9,35 +9,51 @@ same thing the same way.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Callable, Sequence
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-MAX_INPUT_REPR = 40  # a huge bad value is named, not echoed back whole
+MAX_ECHOED_CHARS = 64  # of any client value an error shows: a huge one is named, not echoed back whole
+MAX_DESCRIBED_ERRORS = 4  # sentences of one description: a message with thousands of bad fields gets a few
 
 OBJECT_EXPECTED = ("model_type", "model_attributes_type", "dict_type")
 
 FieldLabel = Callable[[str], str]
 
 
-def _field(loc: Sequence[int | str]) -> str:
-    return ".".join(str(part) for part in loc)
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = MAX_ECHOED_CHARS
+
+
+def shortened(value: object) -> str:
+    """A client's value as an error message may show it: a string as it is, anything else as its repr,
+    cut to MAX_ECHOED_CHARS, so that an error costs no more to send than its own words."""
+    text = value if isinstance(value, str) else _REPR.repr(value)
+    return text if len(text) <= MAX_ECHOED_CHARS else text[: MAX_ECHOED_CHARS - 3] + "..."
+
+
+def quoted(value: object) -> str:
+    """`shortened`, a string in quotes (`'abc'`), as Python shows a value: for an error that names it."""
+    return repr(shortened(value)) if isinstance(value, str) else shortened(value)
+
+
+def field_path(loc: Sequence[int | str]) -> str:
+    """A field's dotted path, each name shortened: a client's keys are client input too."""
+    return ".".join(shortened(part) for part in loc)
 
 
 def _shown_input(error: ErrorDetails) -> str:
-    """` (got 'abc')` for a short scalar input; nothing for a missing field or a whole object."""
+    """` (got 'abc')` for a scalar input, shortened; nothing for a missing field or a whole object."""
     value = error.get("input")
     if error["type"] == "missing" or not isinstance(value, str | int | float | bool):
         return ""
-    shown = repr(value)
-    if len(shown) > MAX_INPUT_REPR:
-        shown = shown[: MAX_INPUT_REPR - 3] + "..."
-    return f" (got {shown})"
+    return f" (got {quoted(value)})"
 
 
 def _sentence(error: ErrorDetails, label: FieldLabel) -> str:
-    field = _field(error["loc"])
+    field = field_path(error["loc"])
     subject = label(field) if field else ""
     message = error["msg"]
     for prefix in ("Value error, ", "Assertion failed, "):  # a validator's own ValueError text
@@ -64,8 +80,12 @@ def describe_validation_error(exc: ValidationError, label: FieldLabel = str) -> 
     """One sentence per invalid field, e.g. "size must be 'WIDTHxHEIGHT', e.g. '832x480' (got '100').".
 
     `label` names a field for the reader (the settings name `port` as `--port (RTC_OMNI_PORT)`).
+    At most MAX_DESCRIBED_ERRORS sentences, then how many more problems there are.
     """
-    return " ".join(_sentence(error, label) for error in exc.errors(include_url=False))
+    errors = exc.errors(include_url=False)
+    text = " ".join(_sentence(error, label) for error in errors[:MAX_DESCRIBED_ERRORS])
+    more = len(errors) - MAX_DESCRIBED_ERRORS
+    return f"{text} ({more} more problems not shown.)" if more > 0 else text
 
 
 def error_text(exc: BaseException) -> str:

@@ -1,13 +1,15 @@
 """A realtime conversation: a bounded, ordered list of message items with ids.
 
 Items hold what the model is given: text, transcripts, 16 kHz input audio and pinned images.
-The list is bounded in count and in media bytes; past either bound the oldest items are dropped
-(the model's context forgets them first, as OpenAI's truncation does). Each response is computed
-from `context()`: the trailing user items are its input, everything before them its history.
+The list is bounded in count and in the bytes its items hold (text as much as media); past either
+bound the oldest items are dropped (the model's context forgets them first, as OpenAI's truncation
+does). Each response is computed from `context()`: the trailing user items are its input,
+everything before them its history.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +26,7 @@ from ..protocol.realtime_events import (
 )
 
 MAX_ITEMS = 128
-MAX_MEDIA_BYTES = 64 * 1024 * 1024  # input audio and images held by all items together
+MAX_CONVERSATION_BYTES = 64 * 1024 * 1024  # audio, images and text held by all items together
 MAX_TURN_IMAGES = 4  # the newest pinned images go with each response
 ROOT = "root"  # a previous_item_id that inserts at the start
 
@@ -41,8 +43,10 @@ class Part:
     image: bytes | None = None
 
     @property
-    def media_bytes(self) -> int:
-        return len(self.audio) + len(self.image or b"")
+    def held_bytes(self) -> int:
+        """What the part holds in memory; a string's size is known at once, whatever its length."""
+        text = sum(sys.getsizeof(words) for words in (self.text, self.transcript) if words)
+        return len(self.audio) + len(self.image or b"") + text
 
     @property
     def words(self) -> str:
@@ -66,8 +70,8 @@ class Item:
     status: ItemStatus = "completed"
 
     @property
-    def media_bytes(self) -> int:
-        return sum(part.media_bytes for part in self.parts)
+    def held_bytes(self) -> int:
+        return sum(part.held_bytes for part in self.parts)
 
     def to_wire(self) -> ItemOut:
         return ItemOut(id=self.id, role=self.role, status=self.status, content=[part.to_wire() for part in self.parts])
@@ -84,9 +88,9 @@ class Context:
 
 
 class Conversation:
-    def __init__(self, max_items: int = MAX_ITEMS, max_media_bytes: int = MAX_MEDIA_BYTES) -> None:
+    def __init__(self, max_items: int = MAX_ITEMS, max_bytes: int = MAX_CONVERSATION_BYTES) -> None:
         self.max_items = max_items
-        self.max_media_bytes = max_media_bytes
+        self.max_bytes = max_bytes
         self._items: list[Item] = []
 
     def __len__(self) -> int:
@@ -125,11 +129,13 @@ class Conversation:
     def clear(self) -> None:
         self._items.clear()
 
+    @property
+    def held_bytes(self) -> int:
+        return sum(item.held_bytes for item in self._items)
+
     def _bound(self, keep: Item) -> None:
-        """Drop the oldest items (never `keep`) past the count or media bound."""
-        while len(self._items) > 1 and (
-            len(self._items) > self.max_items or sum(i.media_bytes for i in self._items) > self.max_media_bytes
-        ):
+        """Drop the oldest items (never `keep`) past the count or byte bound."""
+        while len(self._items) > 1 and (len(self._items) > self.max_items or self.held_bytes > self.max_bytes):
             self._items.remove(next(i for i in self._items if i is not keep))
 
     def context(self) -> Context:

@@ -229,7 +229,7 @@ class GenerateSession(Session[proto.ClientMessage, GenerateEngine]):
             return
         event_id = interaction.event_id or f"evt-{uuid.uuid4().hex[:12]}"
         if event_id in self._interactions:
-            self._error(f"Duplicate event_id: {event_id}", code=proto.EVENT_ID_CONFLICT, event_id=event_id)
+            self._error(proto.duplicate_event_id_error(event_id), code=proto.EVENT_ID_CONFLICT, event_id=event_id)
             return
         assert self.request_id is not None
         transition = interaction.transition_chunks

@@ -331,8 +331,8 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         """Deltas as the recogniser writes them, then the transcript, kept on the item as its history."""
         assert self._transcriber is not None  # nothing is queued without one
         part = item.parts[0]
-        language = (self.config.audio.input.transcription or {}).get("language")
-        stream = self._transcriber.transcribe(part.audio, language if isinstance(language, str) else None)
+        transcription = self.config.audio.input.transcription
+        stream = self._transcriber.transcribe(part.audio, transcription.language if transcription else None)
         transcript = ""
         try:
             async with asyncio.timeout(self.settings.engine_stall_timeout), aclosing(stream):
@@ -365,9 +365,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
     async def _create_item(self, message: proto.ItemCreate) -> None:
         item_in = message.item
         if item_in.id is not None and self._conversation.get(item_in.id) is not None:
-            self._error(
-                f"Item with item_id '{item_in.id}' already exists", code="invalid_value", event_id=message.event_id
-            )
+            self._error(proto.item_exists(item_in.id), code="invalid_value", event_id=message.event_id)
             return
         parts: list[Part] = []
         for index, part in enumerate(item_in.content):
@@ -393,7 +391,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             previous = self._conversation.insert(item, message.previous_item_id)
         except KeyError:
             self._error(
-                f"Previous item with item_id '{message.previous_item_id}' not found in the conversation",
+                proto.previous_item_not_found(str(message.previous_item_id)),
                 code="invalid_value",
                 event_id=message.event_id,
                 param="previous_item_id",
@@ -660,6 +658,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             "kind": self.kind,
             "state": self.state,
             "items": len(self._conversation),
+            "conversation_bytes": self._conversation.held_bytes,
             "audio_ms_buffered": round(self._listening.audio.duration_ms, 1),
             "camera_frames": len(self._camera.frames),
             "frames_received": self._camera.counters.received,

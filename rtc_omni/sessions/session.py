@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from .. import metrics
 from ..config import Settings
-from ..protocol.codec import MESSAGE_QUEUE_FULL, Refusal, ServerEvent, TypedMessage
+from ..protocol.codec import MESSAGE_QUEUE_FULL, Refusal, ServerEvent, TypedMessage, internal_error
 from ..tasks import TaskSet
 from .inbox import Inbox, WorkItem
 
@@ -184,7 +184,7 @@ class Session(ABC, Generic[M, E]):
                 done = await self._handle(item)
             except Exception:  # a bug must not take the session down
                 logger.exception("session %s: handling %s failed", self.session_id, name)
-                self._error(f"Internal error handling {name!s}")
+                self._error(internal_error(name))
                 continue
             if done:
                 return

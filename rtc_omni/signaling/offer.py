@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..logs import SESSION_ID
 from ..protocol.generate_messages import RECORDING_PATH
-from ..protocol.validation import describe_validation_error
+from ..protocol.validation import describe_validation_error, quoted
 from ..sessions.registry import SessionLimitReached
 from .capabilities import access_refusal, checks_its_own_access, requires, session_credentials
 from .factory import Services
@@ -136,7 +136,7 @@ async def post_offer(request: web.Request) -> web.Response:
     engines = request.app[ENGINES]
     if offer.kind not in (*engines.kinds, CONTROL_KIND):
         served = " and ".join(repr(k) for k in (*engines.kinds, CONTROL_KIND))
-        return json_error(400, f"unknown session kind {offer.kind!r}; this server offers {served}")
+        return json_error(400, f"unknown session kind {quoted(offer.kind)}; this server offers {served}")
     parsed = parse_sdp(offer.sdp, request.app[SETTINGS].max_remote_candidates)
     if isinstance(parsed, str):
         return json_error(400, parsed)

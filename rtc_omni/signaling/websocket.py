@@ -4,10 +4,11 @@
 to one WebSocket each, with `strict_reference` set so that they behave as the reference handlers
 do (docs/websocket.md lists every difference from the DataChannel). `/v1/realtime` binds a
 `RealtimeSession`: the OpenAI Realtime API (docs/realtime.md). Text messages go to
-`receive_text`, events come back as JSON text through a bounded outbox, generated video as fMP4
-binary messages (media/fmp4_sink.py). A WebSocket client is a peer without media tracks: speech
-comes back as `response.audio.delta` WAV events, as upstream (`response.output_audio.delta` with
-`--websocket-audio-events response.output_audio`, as vLLM-Omni 0.30 names them).
+`receive_text`, events come back as JSON text through an outbox bounded in bytes (a client that
+stops reading is disconnected), generated video as fMP4 binary messages (media/fmp4_sink.py). A
+WebSocket client is a peer without media tracks: speech comes back as `response.audio.delta` WAV
+events, as upstream (`response.output_audio.delta` with `--websocket-audio-events
+response.output_audio`, as vLLM-Omni 0.30 names them).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from ..logs import SESSION_ID
 from ..media.fmp4_sink import Fmp4ChunkSink
@@ -33,54 +35,82 @@ from .keys import REGISTRY, SETTINGS
 
 logger = logging.getLogger(__name__)
 
-MAX_OUTBOX_MESSAGES = 512
+MAX_OUTBOX_BYTES = 64 * 1024 * 1024  # unsent events: what one largest client message brings back, twice over
 SEND_TIMEOUT_S = 30.0
-DRAIN_TIMEOUT_S = 2.0
+DRAIN_TIMEOUT_S = 2.0  # for the last events of a closing session
+CLOSE_TIMEOUT_S = 10.0  # for the closing handshake (aiohttp's own default); then the connection is dropped
+NOT_READING = "client not reading: its unsent events passed the server's bound"
 MESSAGE_SLACK_BYTES = 64 * 1024  # above the protocol's limits, so the session reports the overrun
 START_MESSAGE_LIMIT = 4 * 1024 * 1024
 REALTIME_MESSAGE_LIMIT = 16 * 1024 * 1024  # an input_audio_buffer.append of OpenAI's 15 MiB, or an image item
 
 
 class Outbox:
-    """What goes to one WebSocket, in order, through a bounded queue and one writer task.
+    """What goes to one WebSocket, in order, through one writer task, bounded in bytes not yet sent.
 
-    JSON events never wait: a client so slow that 512 messages pile up is disconnected. Binary
-    video waits (bounded) for room, which back-pressures the generation.
+    JSON events never wait: a client so slow that MAX_OUTBOX_BYTES of them pile up is disconnected.
+    Binary video waits (bounded) while the outbox is over half full, which back-pressures the
+    generation and leaves the other half to the events.
     """
 
-    def __init__(self, ws: web.WebSocketResponse) -> None:
+    def __init__(self, ws: web.WebSocketResponse, max_bytes: int = MAX_OUTBOX_BYTES) -> None:
         self._ws = ws
-        self._queue: asyncio.Queue[str | bytes] = asyncio.Queue(MAX_OUTBOX_MESSAGES)
+        self.max_bytes = max_bytes
+        self.unsent_bytes = 0  # queued, or being written
+        self._items: deque[str | bytes] = deque()
+        self._arrived = asyncio.Event()
+        self._sent = asyncio.Event()
         self.overflowed = asyncio.Event()
 
     def send_json(self, event: dict[str, Any]) -> None:
-        try:
-            self._queue.put_nowait(json.dumps(event, separators=(",", ":")))
-        except asyncio.QueueFull:
-            logger.warning("websocket client is not reading; disconnecting it")
-            self.overflowed.set()
+        self._put(json.dumps(event, separators=(",", ":")))  # ASCII: its length is its size
 
     async def send_bytes(self, data: bytes) -> None:
         async with asyncio.timeout(SEND_TIMEOUT_S):
-            await self._queue.put(data)
+            while self.unsent_bytes > self.max_bytes // 2:
+                await self._wait_sent()
+        self._put(data)
+
+    def _put(self, item: str | bytes) -> None:
+        if self.overflowed.is_set():
+            return
+        if self.unsent_bytes + len(item) > self.max_bytes:
+            logger.warning("websocket client is not reading (%d bytes unsent); disconnecting it", self.unsent_bytes)
+            self.overflowed.set()
+            return
+        self._items.append(item)
+        self.unsent_bytes += len(item)
+        self._arrived.set()
+
+    async def _wait_sent(self) -> None:
+        self._sent.clear()
+        await self._sent.wait()
 
     async def run(self) -> None:
         while True:
-            item = await self._queue.get()
+            while not self._items:
+                self._arrived.clear()
+                await self._arrived.wait()
+            item = self._items[0]
             try:
                 if isinstance(item, str):
                     await self._ws.send_str(item)
                 else:
                     await self._ws.send_bytes(item)
-            except ConnectionError:
+            except ConnectionError:  # the client is gone: nothing more will leave
+                self._items.clear()
+                self.unsent_bytes = 0
+                self._sent.set()
                 return
-            finally:
-                self._queue.task_done()
+            self._items.popleft()
+            self.unsent_bytes -= len(item)
+            self._sent.set()
 
     async def drain(self, timeout: float) -> None:
         try:
             async with asyncio.timeout(timeout):
-                await self._queue.join()
+                while self._items:
+                    await self._wait_sent()
         except TimeoutError:
             logger.info("websocket outbox not drained after %.1f s", timeout)
 
@@ -118,6 +148,7 @@ class WebSocketSession:
         outbox: Outbox,
         session: AnySession,
         sink: Fmp4ChunkSink | None = None,
+        transport: asyncio.Transport | None = None,
     ) -> None:
         self.session_id = session_id
         self.kind = session.kind
@@ -125,6 +156,7 @@ class WebSocketSession:
         self.outbox = outbox
         self.session = session
         self._sink = sink
+        self._transport = transport
         self._tasks = TaskSet()
         self.closed = asyncio.Event()
 
@@ -160,7 +192,20 @@ class WebSocketSession:
         if self._sink is not None:
             self._sink.close()
         await self._tasks.cancel_all()
-        await self.ws.close()
+        await self._close_socket()
+
+    async def _close_socket(self) -> None:
+        """Close the socket, bounded in time: a client that stopped reading is told why (1008) if it
+        takes the close frame within CLOSE_TIMEOUT_S; then the connection and what it holds are dropped."""
+        code, reason = WSCloseCode.OK, ""
+        if self.outbox.overflowed.is_set():
+            code, reason = WSCloseCode.POLICY_VIOLATION, NOT_READING
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                await self.ws.close(code=code, message=reason.encode())
+        except TimeoutError:
+            if self._transport is not None:
+                self._transport.abort()
 
     async def stats(self) -> dict[str, Any]:
         return {"session_id": self.session_id, **self.session.stats(), "transport": "websocket"}
@@ -200,7 +245,7 @@ async def _serve(
         )
     except KindNotServed as exc:
         return await _refuse(ws, str(exc))
-    binding = WebSocketSession(session_id, ws, outbox, session, carrier.sink)
+    binding = WebSocketSession(session_id, ws, outbox, session, carrier.sink, request.transport)
     try:
         registry.add(binding)
     except SessionLimitReached as exc:
