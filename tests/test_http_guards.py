@@ -53,8 +53,22 @@ async def test_websocket_sessions_count_against_the_session_rate_limit(make_serv
 
 
 JSON = {"Content-Type": "application/json"}
+DEEP = b'{"a":' * 300 + b"1" + b"}" * 300  # pydantic serialises 255 levels at most
+FORM = {"Content-Type": "multipart/form-data; boundary=b"}
+
+
+def call_form(session: bytes) -> bytes:
+    """A realtime call's multipart body: an SDP part and a `session` part."""
+    part = b'--b\r\nContent-Disposition: form-data; name="%s"\r\n\r\n%s\r\n'
+    return part % (b"sdp", b"v=0") + part % (b"session", session) + b"--b--\r\n"
+
+
 BAD_BODIES = [
     ("/v1/rtc/offer", JSON, b"[" * 100_000 + b"]" * 100_000, 400, "must be JSON"),
+    ("/v1/rtc/offer", JSON, b'{"sdp": "v=0", "type": "offer", "x": ' + DEEP + b"}", 400, "nested deeper than 64"),
+    ("/v1/realtime/client_secrets", JSON, b'{"session": ' + DEEP + b"}", 400, "nested deeper than 64"),
+    ("/v1/realtime/client_secrets", JSON, b'{"session": {"x": ' + DEEP + b"}}", 400, "nested deeper than 64"),
+    ("/v1/realtime/calls", FORM, call_form(DEEP), 400, "nested deeper than 64"),
     ("/v1/rtc/offer", {"Content-Type": "text/plain"}, b'{"sdp": "v=0", "type": "offer"}', 415, "application/json"),
     ("/v1/rtc/offer", {"Content-Type": "application/json; charset=x-bogus"}, b"{}", 415, "unknown charset"),
     ("/v1/rtc/offer", JSON, b'{"sdp": "\xff\xfe", "type": "offer"}', 400, "not valid utf-8"),

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 import uuid
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .codec import Refusal, ServerEvent, TypedMessage, UnknownMessage, message_parser
+from .codec import NestedTooDeep, Refusal, ServerEvent, TypedMessage, UnknownMessage, load_json, message_parser
 from .validation import describe_validation_error
 
 WEBSOCKET_PATH = "/v1/realtime"
@@ -341,8 +340,10 @@ def decode(raw: str) -> ClientMessage | InvalidEvent | Refusal:
     """One client event, typed; an `InvalidEvent` naming its first problem; or a `Refusal` when it is
     not a JSON object at all."""
     try:
-        value = json.loads(raw)
-    except (json.JSONDecodeError, RecursionError):
+        value = load_json(raw)
+    except NestedTooDeep as exc:
+        return Refusal(f"Invalid event: {exc}")
+    except ValueError:
         return Refusal(INVALID_JSON)
     if not isinstance(value, dict):
         return Refusal(NOT_AN_OBJECT)

@@ -7,7 +7,6 @@ with the WHIP and WHEP endpoints.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any, Literal
@@ -18,6 +17,7 @@ from aiortc.sdp import SessionDescription
 from pydantic import BaseModel, ValidationError
 
 from ..logs import SESSION_ID
+from ..protocol.codec import load_json
 from ..protocol.generate_messages import RECORDING_PATH
 from ..protocol.validation import describe_validation_error
 from ..sessions.registry import SessionLimitReached
@@ -122,9 +122,9 @@ async def post_offer(request: web.Request) -> web.Response:
     if request.content_type != "application/json":
         return json_error(415, "Content-Type must be application/json")
     try:
-        body: Any = json.loads(await request.text())
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's JSON parser goes
-        return json_error(400, "body must be JSON: {sdp, type: 'offer', kind}")
+        body: Any = load_json(await request.text())
+    except ValueError as exc:
+        return json_error(400, f"body must be JSON: {{sdp, type: 'offer', kind}} ({exc})")
     try:
         offer = OfferRequest.model_validate(body)
     except ValidationError as exc:

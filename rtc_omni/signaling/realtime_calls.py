@@ -12,7 +12,6 @@ the microphone and an optional camera m-line into the session.
 
 from __future__ import annotations
 
-import json
 from email import policy
 from email.parser import BytesParser
 from typing import Any
@@ -21,6 +20,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from ..protocol import realtime_events as proto
+from ..protocol.codec import load_json
 from ..protocol.validation import describe_validation_error
 from .capabilities import credential_headers, requires
 from .client_secrets import opening_config
@@ -68,9 +68,9 @@ async def _read_offer(request: web.Request) -> tuple[str, dict[str, Any]]:
     if "sdp" not in fields:
         raise BadOffer(400, "the form has no sdp part")
     try:
-        session = json.loads(fields.get("session", "{}"))
-    except (ValueError, RecursionError):
-        raise BadOffer(400, "the session part must be JSON") from None
+        session = load_json(fields.get("session", "{}"))
+    except ValueError as exc:
+        raise BadOffer(400, f"the session part must be JSON ({exc})") from None
     if not isinstance(session, dict):
         raise BadOffer(400, "the session part must be a JSON object")
     return fields["sdp"], session
