@@ -25,7 +25,8 @@ from ..protocol.validation import describe_validation_error
 from .capabilities import credential_headers, requires
 from .client_secrets import opening_config
 from .keys import ENGINES
-from .offer import OFFER_REFUSALS, find_peer_session, json_error, open_session, parse_sdp, refusal
+from .limits import opens_session
+from .offer import OFFER_REFUSALS, find_peer_session, json_error, open_session, parse_offer, refusal
 
 CALLS_PATH = "/v1/realtime/calls"
 SDP = "application/sdp"
@@ -76,6 +77,7 @@ async def _read_offer(request: web.Request) -> tuple[str, dict[str, Any]]:
     return fields["sdp"], session
 
 
+@opens_session
 async def create_call(request: web.Request) -> web.Response:
     """A realtime session over WebRTC; 201 with the SDP answer and the call's URL."""
     if "understand" not in request.app[ENGINES].kinds:
@@ -88,7 +90,7 @@ async def create_call(request: web.Request) -> web.Response:
         config = proto.SessionConfig().updated(opening_config(request)).updated(session).model_dump(mode="json")
     except ValidationError as exc:
         return json_error(400, f"invalid session: {describe_validation_error(exc)}")
-    parsed = parse_sdp(sdp)
+    parsed = parse_offer(request, sdp)
     if isinstance(parsed, str):
         return json_error(400, parsed)
     try:
