@@ -27,6 +27,7 @@ M = TypeVar("M")
 # Our own errors, shared by both vLLM-Omni protocols.
 BINARY_NOT_SUPPORTED = "Binary messages are not supported; send JSON text"
 MESSAGE_QUEUE_FULL = "Message queue full; message dropped"
+TEXT_NOT_UTF8 = "A text message that is not valid UTF-8 was dropped; send JSON text in UTF-8"
 
 UNKNOWN_TAG = "unknown"
 # Client JSON may nest this deep. Deeper breaks later than its parse: pydantic serialises at most

@@ -31,6 +31,7 @@ from ..media.talker import TalkerAudioTrack
 from ..media.video_out import GeneratedVideoTrack
 from ..metrics import DATACHANNEL_OVERFLOWS
 from ..patches.codecs import negotiated_codecs
+from ..patches.datachannel_text import NOT_UTF8
 from ..patches.decoding import decode_audio_on_the_loop
 from ..patches.ice_candidates import keep_consent_while
 from ..patches.jitter import release_audio_on_arrival, release_frames_when_complete
@@ -93,6 +94,8 @@ class ControlReceiver(Protocol):
 
     def receive_binary(self, data: bytes) -> None: ...
 
+    def receive_undecodable_text(self) -> None: ...
+
     def channel_opened(self) -> None: ...
 
 
@@ -130,6 +133,10 @@ class ControlChannels:
                 receiver.receive_text(message)
             else:
                 receiver.receive_binary(message)
+
+        @channel.on(NOT_UTF8)
+        def on_not_utf8(_size: int) -> None:
+            receiver.receive_undecodable_text()
 
         @channel.on("open")
         def on_open() -> None:
