@@ -75,7 +75,7 @@ async def test_no_event_is_queued_past_the_bound(server: RunningServer, monkeypa
         await client.wait_event("session.created")
         peer = server.registry.get(client.session_id)
         peak = record_peak(peer.channels._channels[0])
-        # The peer takes 64 KiB messages, but one event larger than the bound is not sent either.
+        # The peer takes 256 KiB messages (aiortc's default), but one event larger than the bound is not sent.
         client.send(update(BOUND + 1))
         assert "was dropped" in (await client.wait_event("error"))["message"]
         mark = len(client.events)
