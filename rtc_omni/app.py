@@ -99,13 +99,13 @@ def create_app(settings: Settings, engines: Engines | None = None, worker: Worke
     middlewares = [] if worker is None else [sibling_client_address()]
     if settings.cors_origin:
         middlewares.append(cors_allow_list(settings.cors_origin))
+    if settings.session_rate_limit:  # before the keys: a refused request does not use up its ephemeral key
+        middlewares.append(session_rate_limit(settings.session_rate_limit))
     keys = client_secrets.EphemeralKeys(owner_prefix="" if worker is None else worker.session_id_prefix)
     routing = None if worker is None else OwnerRouting(worker, keys)
     middlewares.append(client_secrets.ephemeral_auth(client_secrets.OwnKeys(keys) if routing is None else routing))
     if settings.auth_token:
         middlewares.append(server_token_auth())
-    if settings.session_rate_limit:
-        middlewares.append(session_rate_limit(settings.session_rate_limit))
     middlewares.append(text_body(settings.http_body_timeout))
     if routing is not None:  # innermost: the body is read, the caller's address counted, by now
         middlewares.append(routing.middleware())

@@ -12,14 +12,16 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
+from aiortc.rtcsctptransport import WEBRTC_STRING
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
 from rtc_omni.app import create_app
 from rtc_omni.client.media import COLOURS, ColourVideoTrack
-from rtc_omni.client.rtc_peers import GenerateClient, UnderstandClient
+from rtc_omni.client.rtc_peers import GenerateClient, RealtimeClient, UnderstandClient
 from rtc_omni.config import Settings
+from rtc_omni.protocol.codec import TEXT_NOT_UTF8
 
 from .conftest import FAST_SETTINGS, RunningServer, http_json
 from .generate_client import received_through
@@ -188,6 +190,27 @@ def test_generation_survives_random_messages(messages: list[Any]) -> None:
         assert done["frames"] == 40 and indices and indices == sorted(set(indices))
 
     asyncio.run(run())
+
+
+@pytest.mark.media
+async def test_a_text_message_that_is_not_utf8_gets_an_error_and_the_call_goes_on(server: RunningServer) -> None:
+    """Before patches/datachannel_text.py, aiortc's UnicodeDecodeError ended the server's DTLS receive
+    loop: the session was gone (404) without an error, while the client still read "connected"."""
+    client = RealtimeClient(server.url, receive_audio=False)
+    try:
+        await client.connect()
+        await client.wait_event("session.created")
+        sctp = client.pc.sctp
+        assert sctp is not None and client.channel is not None and client.channel.id is not None
+        await sctp._send(client.channel.id, WEBRTC_STRING, b'{"type": "\xff"}')  # as channel.send would, undecodable
+        assert (await client.wait_event("error"))["error"]["message"] == TEXT_NOT_UTF8
+        item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Still there?"}]}
+        client.send({"type": "conversation.item.create", "item": item})
+        client.send({"type": "response.create", "response": {"output_modalities": ["text"]}})
+        done = await client.wait_event("response.done", timeout=20)
+        assert done["response"]["status"] == "completed" and client.pc.connectionState == "connected"
+    finally:
+        await client.close()
 
 
 MALFORMED_SDP = [

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from rtc_omni.app import create_app, serve
 from rtc_omni.config import Settings
 from rtc_omni.engines import create_engines
+from rtc_omni.signaling.client_secrets import EPHEMERAL_KEYS
 
 from .conftest import FAST_SETTINGS, RunningServer, ServerFactory, http_json
 
@@ -52,9 +53,48 @@ async def test_websocket_sessions_count_against_the_session_rate_limit(make_serv
         await second.close()
 
 
+async def test_realtime_sessions_count_against_the_session_rate_limit(make_server: ServerFactory) -> None:
+    """Before, with a limit of 5 a minute, 15 of 15 realtime WebSockets and 8 of 8 calls were accepted."""
+    server = await make_server(session_rate_limit=3)
+    realtime_ws, sdp = server.url.replace("http://", "ws://") + "/v1/realtime?model=m", {"Content-Type": SDP}
+    calls = ("/v1/realtime/calls", "/v1/realtime?model=m")
+    async with aiohttp.ClientSession() as http:
+        async with http.post(server.url + "/v1/realtime/client_secrets", json={}) as response:
+            key = (await response.json())["value"]
+        first = await http.ws_connect(realtime_ws)
+        for path in calls:  # a bad offer counts as a good one
+            async with http.post(server.url + path, data="not sdp", headers=sdp) as response:
+                assert response.status == 400
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await http.ws_connect(realtime_ws, headers={"Authorization": f"Bearer {key}"})
+        assert refused.value.status == 429
+        for path in calls:
+            async with http.post(server.url + path, data="not sdp", headers=sdp) as response:
+                assert response.status == 429 and int(response.headers["Retry-After"]) >= 1
+        async with http.delete(server.url + "/v1/realtime/calls/nope") as response:
+            assert response.status == 401  # not 429: hanging up opens nothing (it needs the call's token)
+        await first.close()
+    assert server.app[EPHEMERAL_KEYS].redeem(key) is not None  # the refused request did not use the key up
+
+
 JSON = {"Content-Type": "application/json"}
+SDP = "application/sdp"
+DEEP = b'{"a":' * 300 + b"1" + b"}" * 300  # pydantic serialises 255 levels at most
+FORM = {"Content-Type": "multipart/form-data; boundary=b"}
+
+
+def call_form(session: bytes) -> bytes:
+    """A realtime call's multipart body: an SDP part and a `session` part."""
+    part = b'--b\r\nContent-Disposition: form-data; name="%s"\r\n\r\n%s\r\n'
+    return part % (b"sdp", b"v=0") + part % (b"session", session) + b"--b--\r\n"
+
+
 BAD_BODIES = [
     ("/v1/rtc/offer", JSON, b"[" * 100_000 + b"]" * 100_000, 400, "must be JSON"),
+    ("/v1/rtc/offer", JSON, b'{"sdp": "v=0", "type": "offer", "x": ' + DEEP + b"}", 400, "nested deeper than 64"),
+    ("/v1/realtime/client_secrets", JSON, b'{"session": ' + DEEP + b"}", 400, "nested deeper than 64"),
+    ("/v1/realtime/client_secrets", JSON, b'{"session": {"x": ' + DEEP + b"}}", 400, "nested deeper than 64"),
+    ("/v1/realtime/calls", FORM, call_form(DEEP), 400, "nested deeper than 64"),
     ("/v1/rtc/offer", {"Content-Type": "text/plain"}, b'{"sdp": "v=0", "type": "offer"}', 415, "application/json"),
     ("/v1/rtc/offer", {"Content-Type": "application/json; charset=x-bogus"}, b"{}", 415, "unknown charset"),
     ("/v1/rtc/offer", JSON, b'{"sdp": "\xff\xfe", "type": "offer"}', 400, "not valid utf-8"),

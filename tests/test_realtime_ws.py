@@ -253,6 +253,21 @@ async def test_bad_input_gets_an_error_with_the_event_id_and_the_session_goes_on
     assert events[-1]["response"]["status"] == "completed"
 
 
+async def test_a_config_nested_too_deep_is_refused_and_later_updates_work(realtime: Realtime) -> None:
+    """pydantic cannot echo a config 255 levels deep: before the parse-time bound, one such update
+    made every later one fail with "Internal error"."""
+    deep: Any = "x"
+    for _ in range(300):
+        deep = {"a": deep}
+    await realtime.connection.send_raw(json.dumps({"type": "session.update", "session": {"x": deep}}))
+    error = (await realtime.until("error"))[-1]["error"]
+    assert error["event_id"] is None and "nested deeper than 64 levels" in error["message"]
+    await realtime.send({"type": "session.update", "session": {"instructions": "Still here."}})
+    assert (await realtime.until("session.updated"))[-1]["session"]["instructions"] == "Still here."
+    events = await realtime.respond(output_modalities=["text"])
+    assert events[-1]["response"]["status"] == "completed"
+
+
 @pytest.mark.usefixtures("espeak_ng")  # skips without espeak-ng, fails under CI
 async def test_server_vad_commits_each_utterance_and_answers_it(realtime: Realtime) -> None:
     await realtime.send(

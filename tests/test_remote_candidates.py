@@ -7,6 +7,10 @@ the session goes on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import pytest
 from aiortc import RTCSessionDescription
 from yarl import URL
 
@@ -47,15 +51,35 @@ async def test_trickled_candidates_past_the_cap_are_refused_and_the_publisher_go
         await pc.close()
 
 
-async def test_an_offer_with_too_many_candidates_is_refused(make_server: ServerFactory) -> None:
+def as_json_offer(sdp: str) -> dict[str, Any]:
+    return {"json": {"sdp": sdp, "type": "offer", "kind": "understand"}}
+
+
+def as_sdp_body(sdp: str) -> dict[str, Any]:
+    return {"data": sdp, "headers": SDP}
+
+
+# Every endpoint that takes a new session's offer (WHEP's viewer offers go through the same parse_offer).
+OFFER_ENDPOINTS = [
+    ("/v1/rtc/offer", as_json_offer),
+    ("/whip", as_sdp_body),
+    ("/v1/realtime/calls", as_sdp_body),
+    ("/v1/realtime?model=m", as_sdp_body),
+]
+
+
+@pytest.mark.parametrize("path, body", OFFER_ENDPOINTS, ids=[path for path, _ in OFFER_ENDPOINTS])
+async def test_an_offer_with_too_many_candidates_is_refused(
+    make_server: ServerFactory, path: str, body: Callable[[str], dict[str, Any]]
+) -> None:
     server = await make_server(max_remote_candidates=CAP)
     pc, offer = await publisher_offer(audio=False)
     try:
         crowded = offer.replace(
             "a=end-of-candidates", fragment(41001, CAP).removeprefix("a=mid:0\r\n") + "a=end-of-candidates", 1
         )
-        status, _, body = await http_raw(server, "POST", "/whip", data=crowded, headers=SDP)
-        assert status == 400 and f"at most {CAP} per peer" in body, body
+        status, _, text = await http_raw(server, "POST", path, **body(crowded))
+        assert status == 400 and f"at most {CAP} per peer" in text, text
         assert len(server.registry) == 0
     finally:
         await pc.close()

@@ -17,7 +17,7 @@ from rtc_omni.config import Settings
 from rtc_omni.engines import SyntheticEngine, SyntheticVideoEngine
 from rtc_omni.protocol import generate_messages as generate_proto
 from rtc_omni.protocol import understand_messages as understand_proto
-from rtc_omni.protocol.codec import Refusal, UnknownMessage
+from rtc_omni.protocol.codec import MAX_JSON_DEPTH, NestedTooDeep, Refusal, UnknownMessage, load_json
 from rtc_omni.sessions.generate import GenerateSession
 from rtc_omni.sessions.inbox import Inbox, WorkItem
 from rtc_omni.sessions.understand import UnderstandSession
@@ -46,6 +46,17 @@ def test_understanding_codec_refuses_with_the_reference_strings(
     raw: str, awaiting_config: bool, message: str, ends: bool
 ) -> None:
     assert understand_proto.decode(raw, awaiting_config=awaiting_config) == Refusal(message, ends)
+
+
+@pytest.mark.parametrize("shape", ['{"a": %s}', '[1, %s, "x"]', '{"a": 1, "b": %s}'])
+def test_client_json_nests_at_most_max_json_depth_levels(shape: str) -> None:
+    """Deeper JSON parses, but pydantic cannot serialise it back past 255 levels: refused at the parse."""
+    nested = "0"
+    for _ in range(MAX_JSON_DEPTH):
+        nested = shape % nested
+    assert load_json(nested) is not None
+    with pytest.raises(NestedTooDeep, match="nested deeper than 64 levels"):
+        load_json(shape % nested)
 
 
 def test_understanding_codec_types_messages_leniently_where_the_reference_is_lenient() -> None:

@@ -27,8 +27,43 @@ M = TypeVar("M")
 # Our own errors, shared by both vLLM-Omni protocols.
 BINARY_NOT_SUPPORTED = "Binary messages are not supported; send JSON text"
 MESSAGE_QUEUE_FULL = "Message queue full; message dropped"
+TEXT_NOT_UTF8 = "A text message that is not valid UTF-8 was dropped; send JSON text in UTF-8"
 
 UNKNOWN_TAG = "unknown"
+# Client JSON may nest this deep. Deeper breaks later than its parse: pydantic serialises at most
+# 255 levels ("Circular reference detected"), Python's parser about 1000 (RecursionError).
+MAX_JSON_DEPTH = 64
+TOO_DEEP = f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+
+
+class NestedTooDeep(ValueError):
+    """Client JSON nested deeper than MAX_JSON_DEPTH; its message says so."""
+
+
+def load_json(raw: str | bytes) -> Any:
+    """`json.loads` for everything a client sends (HTTP bodies, session messages): ValueError on bad
+    JSON, NestedTooDeep past MAX_JSON_DEPTH, so no deep value reaches a model or a reply."""
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        raise NestedTooDeep(TOO_DEEP) from None
+    if _deeper_than(value, MAX_JSON_DEPTH):
+        raise NestedTooDeep(TOO_DEEP)
+    return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether more than `limit` objects and arrays nest in `value`, walked level by level (no recursion)."""
+    level = [value] if isinstance(value, (dict, list)) else []
+    for _ in range(limit):
+        if not level:
+            return False
+        level = [child for c in level for child in _children(c) if isinstance(child, (dict, list))]
+    return bool(level)
+
+
+def _children(container: dict[str, Any] | list[Any]) -> Any:
+    return container.values() if isinstance(container, dict) else container
 
 
 def internal_error(msg_type: Any) -> str:
@@ -62,8 +97,8 @@ def decode_message(
     """One client message: JSON, then an object, then `screen`ed, then typed by the protocol's
     `parser`; at the first step it fails, the protocol's refusal."""
     try:
-        value = json.loads(raw)
-    except (json.JSONDecodeError, RecursionError):
+        value = load_json(raw)
+    except ValueError:
         return invalid_json
     if not isinstance(value, dict):
         return not_an_object(value)
@@ -156,8 +191,8 @@ def decode_event(raw: str, events: Mapping[str, type[ServerEvent]]) -> DecodedEv
     """One message from another server, typed by the model `events` gives its `type`. It never
     raises: what a peer server sends decides only which of the three comes back."""
     try:
-        value = json.loads(raw)
-    except (json.JSONDecodeError, RecursionError):
+        value = load_json(raw)
+    except ValueError:
         return MalformedEvent(problem="not JSON")
     if not isinstance(value, dict):
         return MalformedEvent(problem="not a JSON object")

@@ -17,7 +17,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .codec import Refusal, ServerEvent, TypedMessage, UnknownMessage, message_parser
+from .codec import NestedTooDeep, Refusal, ServerEvent, TypedMessage, UnknownMessage, load_json, message_parser
 from .validation import describe_validation_error, field_path, quoted, shortened
 
 WEBSOCKET_PATH = "/v1/realtime"
@@ -397,8 +397,10 @@ def decode(raw: str) -> ClientMessage | InvalidEvent | Refusal:
     """One client event, typed; an `InvalidEvent` naming its first problem; or a `Refusal` when it is
     not a JSON object at all."""
     try:
-        value = json.loads(raw)
-    except (json.JSONDecodeError, RecursionError):
+        value = load_json(raw)
+    except NestedTooDeep as exc:
+        return Refusal(f"Invalid event: {exc}")
+    except ValueError:
         return Refusal(INVALID_JSON)
     if not isinstance(value, dict):
         return Refusal(NOT_AN_OBJECT)

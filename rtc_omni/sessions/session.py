@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from .. import metrics
 from ..config import Settings
-from ..protocol.codec import MESSAGE_QUEUE_FULL, Refusal, ServerEvent, TypedMessage, internal_error
+from ..protocol.codec import MESSAGE_QUEUE_FULL, TEXT_NOT_UTF8, Refusal, ServerEvent, TypedMessage, internal_error
 from ..tasks import TaskSet
 from .inbox import Inbox, WorkItem
 
@@ -147,6 +147,12 @@ class Session(ABC, Generic[M, E]):
     def receive_binary(self, data: bytes) -> None:
         self._touch()
         self._refuse(self.binary_refusal)
+
+    def receive_undecodable_text(self) -> None:
+        """A text message that was not UTF-8, dropped by its DataChannel (patches/datachannel_text.py);
+        a WebSocket's is refused by aiohttp, which closes the socket (1007) as RFC 6455 requires."""
+        self._touch()
+        self._error(TEXT_NOT_UTF8)
 
     def _queue_work(self, work: WorkItem) -> None:
         """Queue work for the loop, in order with the client's messages."""

@@ -19,6 +19,7 @@ from aiohttp.typedefs import Handler, Middleware
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..protocol import realtime_events as proto
+from ..protocol.codec import load_json
 from ..protocol.validation import describe_validation_error
 from .auth import GRANT, KEY_SPENT, bearer_credentials
 from .offer import json_error
@@ -82,10 +83,10 @@ EPHEMERAL_KEYS = web.AppKey("ephemeral_keys", EphemeralKeys)
 
 async def create_client_secret(request: web.Request) -> web.Response:
     try:
-        body = SecretRequest.model_validate(await request.json() if request.body_exists else {})
+        body = SecretRequest.model_validate(load_json(await request.text()) if request.body_exists else {})
         config = proto.SessionConfig().updated(body.session)
     except ValueError as exc:  # bad JSON or a ValidationError
-        detail = describe_validation_error(exc) if isinstance(exc, ValidationError) else "the body must be JSON."
+        detail = describe_validation_error(exc) if isinstance(exc, ValidationError) else f"not JSON ({exc})"
         return json_error(400, f"invalid client secret request: {detail}")
     minted = request.app[EPHEMERAL_KEYS].mint(body.expires_after.seconds, config.model_dump(mode="json"))
     if minted is None:

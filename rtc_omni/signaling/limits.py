@@ -1,6 +1,6 @@
-"""HTTP guards: a per-client rate limit on session creation (WebRTC and WebSocket), request bodies
-read within a deadline and in a known charset, a CORS allow-list, and a cap on connections per
-client address.
+"""HTTP guards: a per-client rate limit on opening sessions (every handler marked `opens_session`),
+request bodies read within a deadline and in a known charset, a CORS allow-list, and a cap on
+connections per client address.
 
 The first three are aiohttp middlewares, so no handler can forget them (the token check is in
 auth.py). The connection cap sits below HTTP, where a client that never finishes its headers is
@@ -22,14 +22,17 @@ from typing import Any, cast
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from ..protocol import generate_messages as generate_proto
-from ..protocol import understand_messages as understand_proto
-
 logger = logging.getLogger(__name__)
 
-SESSION_CREATING_PATHS = ("/v1/rtc/offer", "/whip", "/whep")  # by POST
-WEBSOCKET_SESSION_PATHS = (understand_proto.WEBSOCKET_PATH, generate_proto.WEBSOCKET_PATH)  # by GET (upgrade)
 MAX_TRACKED_CLIENTS = 10_000
+_OPENS_SESSION: set[Callable[..., object]] = set()
+
+
+def opens_session(handler: Handler) -> Handler:
+    """Mark a route handler that opens a session or a peer (an offer, a WebSocket upgrade), so that
+    `session_rate_limit` counts it; the mark is on the handler, so no path list can miss a route."""
+    _OPENS_SESSION.add(handler)
+    return handler
 
 
 class TokenBucket:
@@ -58,10 +61,7 @@ def session_rate_limit(per_minute: int) -> Middleware:
 
     @web.middleware
     async def limit(request: web.Request, handler: Handler) -> web.StreamResponse:
-        creates_session = (request.method == "POST" and request.path.startswith(SESSION_CREATING_PATHS)) or (
-            request.method == "GET" and request.path in WEBSOCKET_SESSION_PATHS
-        )
-        if creates_session:
+        if request.match_info.handler in _OPENS_SESSION:
             wait = bucket.take(request.remote or "unknown")
             if wait > 0:
                 return web.json_response(

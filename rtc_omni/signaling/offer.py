@@ -1,13 +1,13 @@
 """JSON signaling: `POST /v1/rtc/offer`, and stats / teardown of a session by id.
 
 Handlers stay thin: parse and validate, call into the session layer, serialise. `open_session`,
-`parse_sdp` and `refusal` (the one mapping of an unanswerable offer to an HTTP error) are shared
-with the WHIP and WHEP endpoints.
+`parse_offer` (every offer's SDP, within --max-remote-candidates) and `refusal` (the one mapping
+of an unanswerable offer to an HTTP error) are shared with the WHIP, WHEP and realtime call
+endpoints.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any, Literal
@@ -18,12 +18,14 @@ from aiortc.sdp import SessionDescription
 from pydantic import BaseModel, ValidationError
 
 from ..logs import SESSION_ID
+from ..protocol.codec import load_json
 from ..protocol.generate_messages import RECORDING_PATH
 from ..protocol.validation import describe_validation_error, quoted
 from ..sessions.registry import SessionLimitReached
 from .capabilities import access_refusal, checks_its_own_access, requires, session_credentials
 from .factory import Services
 from .keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
+from .limits import opens_session
 from .peer_session import OFFER_FAILURES, PeerSession, closed_on_failure
 
 logger = logging.getLogger(__name__)
@@ -45,8 +47,10 @@ def json_error(status: int, message: str, **headers: str) -> web.Response:
     return web.json_response({"error": message}, status=status, headers=headers or None)
 
 
-def parse_sdp(sdp: str, max_candidates: int | None = None) -> SessionDescription | str:
-    """The parsed SDP, or why it is unusable (also: more than `max_candidates` ICE candidates)."""
+def parse_offer(request: web.Request, sdp: str) -> SessionDescription | str:
+    """An offer's parsed SDP, or why it is unusable; every endpoint taking an offer reads it here, so
+    none misses --max-remote-candidates (aioice's cost per remote candidate grows with their number)."""
+    max_candidates = request.app[SETTINGS].max_remote_candidates
     if not sdp.strip().startswith("v=0"):
         return "SDP must start with v=0"
     try:
@@ -56,7 +60,7 @@ def parse_sdp(sdp: str, max_candidates: int | None = None) -> SessionDescription
     if not parsed.media:
         return "SDP has no media sections"
     candidates = sum(len(m.ice_candidates) for m in parsed.media)
-    if max_candidates is not None and candidates > max_candidates:
+    if candidates > max_candidates:
         return f"{candidates} ICE candidates; at most {max_candidates} per peer (--max-remote-candidates)"
     for index, media in enumerate(parsed.media):
         if media.dtls is None:  # aiortc would fail on it deep inside createAnswer
@@ -113,6 +117,7 @@ def find_peer_session(request: web.Request, session_id: str) -> PeerSession | No
     return session if isinstance(session, PeerSession) else None
 
 
+@opens_session
 @checks_its_own_access
 async def post_offer(request: web.Request) -> web.Response:
     """A new session (the server token, if there is one), or `kind: "control"` on a running one
@@ -122,9 +127,9 @@ async def post_offer(request: web.Request) -> web.Response:
     if request.content_type != "application/json":
         return json_error(415, "Content-Type must be application/json")
     try:
-        body: Any = json.loads(await request.text())
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's JSON parser goes
-        return json_error(400, "body must be JSON: {sdp, type: 'offer', kind}")
+        body: Any = load_json(await request.text())
+    except ValueError as exc:
+        return json_error(400, f"body must be JSON: {{sdp, type: 'offer', kind}} ({exc})")
     try:
         offer = OfferRequest.model_validate(body)
     except ValidationError as exc:
@@ -137,7 +142,7 @@ async def post_offer(request: web.Request) -> web.Response:
     if offer.kind not in (*engines.kinds, CONTROL_KIND):
         served = " and ".join(repr(k) for k in (*engines.kinds, CONTROL_KIND))
         return json_error(400, f"unknown session kind {quoted(offer.kind)}; this server offers {served}")
-    parsed = parse_sdp(offer.sdp, request.app[SETTINGS].max_remote_candidates)
+    parsed = parse_offer(request, offer.sdp)
     if isinstance(parsed, str):
         return json_error(400, parsed)
     if attaching:

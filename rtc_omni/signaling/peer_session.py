@@ -31,6 +31,7 @@ from ..media.talker import TalkerAudioTrack
 from ..media.video_out import GeneratedVideoTrack
 from ..metrics import DATACHANNEL_OVERFLOWS
 from ..patches.codecs import negotiated_codecs
+from ..patches.datachannel_text import NOT_UTF8
 from ..patches.decoding import decode_audio_on_the_loop
 from ..patches.ice_candidates import keep_consent_while
 from ..patches.jitter import release_audio_on_arrival, release_frames_when_complete
@@ -51,7 +52,8 @@ MAX_PENDING_EVENTS = 256  # events emitted before any DataChannel opens; the old
 MAX_ATTACHED_PEERS = 16  # controllers and viewers per session
 CHANNEL_DRAIN_S = 1.0
 # Events queued inside aiortc for one DataChannel. aiortc queues without bound while the peer does
-# not acknowledge; a peer this far behind is closed, as a WebSocket client is (websocket.Outbox).
+# not acknowledge; a peer whose next event would take it past this is closed, as a WebSocket client
+# is (websocket.Outbox). It also caps one event for a peer that allows any message size.
 MAX_CHANNEL_BUFFERED_BYTES = 1024 * 1024
 
 
@@ -92,6 +94,8 @@ class ControlReceiver(Protocol):
 
     def receive_binary(self, data: bytes) -> None: ...
 
+    def receive_undecodable_text(self) -> None: ...
+
     def channel_opened(self) -> None: ...
 
 
@@ -99,12 +103,19 @@ def oversized_event_message(size: int) -> str:
     return f"an event of {size} bytes was dropped: larger than one DataChannel message may be"
 
 
+def _drop_oversized(channel: RTCDataChannel, size: int) -> None:
+    """In place of an event too large to send: a short `error` saying it was dropped."""
+    logger.warning("dropping a %d-byte event: larger than the DataChannel carries", size)
+    channel.send(json.dumps({"type": "error", "message": oversized_event_message(size)}))
+
+
 class ControlChannels:
     """The `control` DataChannels bound to one session; events fan out to every open one.
 
     Until one is open, events wait in a bounded queue (the oldest dropped) and go to the first
     channel that opens: a WHIP publisher has no channel, so its controller gets what came before.
-    A channel with more than MAX_CHANNEL_BUFFERED_BYTES unsent gets no more: its `on_overflow` runs.
+    An event that would leave more than MAX_CHANNEL_BUFFERED_BYTES unsent on a channel is not
+    queued there: the channel gets no more, and its `on_overflow` runs.
     """
 
     def __init__(self) -> None:
@@ -122,6 +133,10 @@ class ControlChannels:
                 receiver.receive_text(message)
             else:
                 receiver.receive_binary(message)
+
+        @channel.on(NOT_UTF8)
+        def on_not_utf8(_size: int) -> None:
+            receiver.receive_undecodable_text()
 
         @channel.on("open")
         def on_open() -> None:
@@ -143,21 +158,33 @@ class ControlChannels:
         return self._overflow.pop(channel, None)
 
     def _flush(self) -> None:
-        for channel in [c for c in self._channels if c.bufferedAmount > MAX_CHANNEL_BUFFERED_BYTES]:
-            logger.warning("DataChannel peer takes no events (%d bytes unsent); closing it", channel.bufferedAmount)
-            DATACHANNEL_OVERFLOWS.inc()
-            on_overflow = self._detach(channel)
-            if on_overflow is not None:
-                on_overflow()
         open_channels = [c for c in self._channels if c.readyState == "open"]
         while open_channels and self._pending:
             text = self._pending.popleft()
-            for channel in open_channels:
-                try:
-                    channel.send(text)
-                except ValueError:  # over the peer's SCTP max-message-size (256 KiB in browsers and aiortc)
-                    logger.warning("dropping a %d-byte event: larger than the DataChannel carries", len(text))
-                    channel.send(json.dumps({"type": "error", "message": oversized_event_message(len(text))}))
+            open_channels = [c for c in open_channels if self._send_within_bound(c, text)]
+
+    def _send_within_bound(self, channel: RTCDataChannel, text: str) -> bool:
+        """Queue `text` on `channel` if its unsent bytes stay within the bound; False when the
+        channel overflowed instead and was given up."""
+        size = len(text)  # json.dumps escapes all but ASCII: one byte per character
+        if size > MAX_CHANNEL_BUFFERED_BYTES:  # even where the peer allows any message size
+            _drop_oversized(channel, size)
+            return True
+        if channel.bufferedAmount + size > MAX_CHANNEL_BUFFERED_BYTES:
+            self._overflowed(channel)
+            return False
+        try:
+            channel.send(text)
+        except ValueError:  # over the peer's SCTP max-message-size (256 KiB in browsers and aiortc)
+            _drop_oversized(channel, size)
+        return True
+
+    def _overflowed(self, channel: RTCDataChannel) -> None:
+        logger.warning("DataChannel peer takes no events (%d bytes unsent); closing it", channel.bufferedAmount)
+        DATACHANNEL_OVERFLOWS.inc()
+        on_overflow = self._detach(channel)
+        if on_overflow is not None:
+            on_overflow()
 
     async def drain(self, timeout: float) -> None:
         """Give the last events (an error, session.done) a moment to leave before the close."""

@@ -13,7 +13,6 @@ the microphone and an optional camera m-line into the session.
 
 from __future__ import annotations
 
-import json
 from email import policy
 from email.parser import BytesParser
 from typing import Any
@@ -22,11 +21,13 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from ..protocol import realtime_events as proto
+from ..protocol.codec import load_json
 from ..protocol.validation import describe_validation_error
 from .capabilities import credential_headers, requires
 from .client_secrets import opening_config, spend_key
 from .keys import ENGINES
-from .offer import OFFER_REFUSALS, find_peer_session, json_error, open_session, parse_sdp, refusal
+from .limits import opens_session
+from .offer import OFFER_REFUSALS, find_peer_session, json_error, open_session, parse_offer, refusal
 
 CALLS_PATH = "/v1/realtime/calls"
 SDP = "application/sdp"
@@ -69,14 +70,15 @@ async def _read_offer(request: web.Request) -> tuple[str, dict[str, Any]]:
     if "sdp" not in fields:
         raise BadOffer(400, "the form has no sdp part")
     try:
-        session = json.loads(fields.get("session", "{}"))
-    except (ValueError, RecursionError):
-        raise BadOffer(400, "the session part must be JSON") from None
+        session = load_json(fields.get("session", "{}"))
+    except ValueError as exc:
+        raise BadOffer(400, f"the session part must be JSON ({exc})") from None
     if not isinstance(session, dict):
         raise BadOffer(400, "the session part must be a JSON object")
     return fields["sdp"], session
 
 
+@opens_session
 async def create_call(request: web.Request) -> web.Response:
     """A realtime session over WebRTC; 201 with the SDP answer and the call's URL."""
     if "understand" not in request.app[ENGINES].kinds:
@@ -89,7 +91,7 @@ async def create_call(request: web.Request) -> web.Response:
         config = proto.SessionConfig().updated(opening_config(request)).updated(session).model_dump(mode="json")
     except ValidationError as exc:
         return json_error(400, f"invalid session: {describe_validation_error(exc)}")
-    parsed = parse_sdp(sdp)
+    parsed = parse_offer(request, sdp)
     if isinstance(parsed, str):
         return json_error(400, parsed)
     try:

@@ -32,6 +32,7 @@ from ..tasks import TaskSet
 from .client_secrets import opening_config, spend_key
 from .factory import AnySession, KindNotServed, Services, create_session
 from .keys import REGISTRY, SETTINGS
+from .limits import opens_session
 
 logger = logging.getLogger(__name__)
 
@@ -258,16 +259,19 @@ async def _serve(
     return ws
 
 
+@opens_session
 async def understand_stream(request: web.Request) -> web.WebSocketResponse:
     """`WS /v1/video/chat/stream`: camera frames and audio in, text and speech events out."""
     return await _serve(request, "understand", request.app[SETTINGS].max_frame_size + MESSAGE_SLACK_BYTES)
 
 
+@opens_session
 async def realtime_video(request: web.Request) -> web.WebSocketResponse:
     """`WS /v1/realtime/video`: a prompt in, fMP4 video chunks out."""
     return await _serve(request, "generate", START_MESSAGE_LIMIT + MESSAGE_SLACK_BYTES)
 
 
+@opens_session
 async def realtime_stream(request: web.Request) -> web.WebSocketResponse:
     """`WS /v1/realtime?model=...`: the OpenAI Realtime API's events, audio as base64 PCM16 24 kHz."""
     return await _serve(request, "realtime", REALTIME_MESSAGE_LIMIT, realtime_config=opening_config(request))

@@ -17,8 +17,8 @@ from aiohttp import web
 from aiortc import RTCSessionDescription
 
 from .capabilities import SESSION_TOKENS, requires
-from .keys import SETTINGS
-from .offer import OFFER_REFUSALS, find_peer_session, parse_sdp, refusal
+from .limits import opens_session
+from .offer import OFFER_REFUSALS, find_peer_session, parse_offer, refusal
 from .peer_session import AttachedPeer
 from .whip import CORS, SDP, cors_error, created, preflight, trickle
 
@@ -38,6 +38,7 @@ async def options(request: web.Request) -> web.Response:
     return preflight(resource="viewer_id" in request.match_info)
 
 
+@opens_session
 @requires("view")
 async def post(request: web.Request) -> web.Response:
     peer = find_peer_session(request, request.match_info["session_id"])
@@ -46,7 +47,7 @@ async def post(request: web.Request) -> web.Response:
     if request.content_type != SDP:
         return cors_error(415, f"Content-Type must be {SDP}")
     sdp = await request.text()
-    parsed = parse_sdp(sdp, request.app[SETTINGS].max_remote_candidates)
+    parsed = parse_offer(request, sdp)
     if isinstance(parsed, str):
         return cors_error(400, parsed)
     kind = peer.outgoing.kind

@@ -26,7 +26,8 @@ from .capabilities import (
 )
 from .ice import configured_ice_servers, link_headers
 from .keys import ENGINES, SETTINGS
-from .offer import OFFER_REFUSALS, find_peer_session, json_error, open_session, parse_sdp, refusal
+from .limits import opens_session
+from .offer import OFFER_REFUSALS, find_peer_session, json_error, open_session, parse_offer, refusal
 
 SDP = "application/sdp"
 SDPFRAG = "application/trickle-ice-sdpfrag"
@@ -97,13 +98,14 @@ async def options(request: web.Request) -> web.Response:
     return preflight(resource="session_id" in request.match_info)
 
 
+@opens_session
 async def post(request: web.Request) -> web.Response:
     if request.content_type != SDP:
         return cors_error(415, f"Content-Type must be {SDP}")
     if "understand" not in request.app[ENGINES].kinds:
         return cors_error(503, "this server does not serve understanding sessions")
     sdp = await request.text()
-    parsed = parse_sdp(sdp, request.app[SETTINGS].max_remote_candidates)
+    parsed = parse_offer(request, sdp)
     if isinstance(parsed, str):
         return cors_error(400, parsed)
     problem = _media_problem(parsed)

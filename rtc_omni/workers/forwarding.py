@@ -13,7 +13,6 @@ client's address is believed only on a request that came through one.
 
 from __future__ import annotations
 
-import json
 import logging
 
 import aiohttp
@@ -21,6 +20,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from multidict import CIMultiDict
 
+from ..protocol.codec import load_json
 from ..signaling.client_secrets import KEY_PREFIX, EphemeralKeys, Grant
 from .identity import Worker
 from .scrape import METRICS_PATH, WholeServerScrape
@@ -75,8 +75,8 @@ async def _addressed_session(request: web.Request) -> str | None:
     if session_id is not None or request.path != ATTACH_PATH or request.method != "POST":
         return session_id
     try:  # the body was already read and bounded (limits.text_body); post_offer reports bad ones
-        body = json.loads(await request.text())
-    except (ValueError, RecursionError):
+        body = load_json(await request.text())
+    except ValueError:
         return None
     named = body.get("session_id") if isinstance(body, dict) and body.get("kind") == "control" else None
     return named if isinstance(named, str) else None
