@@ -282,22 +282,30 @@ async def test_a_still_camera_is_filtered_and_each_frame_encoded_once(
     JPEG-encoded once, a filtered one only when a response takes it, and no engine encodes again."""
     from rtc_omni.sessions import camera
 
-    encoded: list[int] = []  # the pts of each frame encoded
-    encode = camera.frame_to_jpeg
+    # Frames are told apart by pts: id() of a freed frame is reused by the next one (a run in 30).
+    encoded: list[int] = []
+    judged: dict[int, bool] = {}  # pts -> retained by EVS
+    encode, judge = camera.frame_to_jpeg, camera.Camera.judge_track_frame
+
+    async def judged_frame(self: camera.Camera, frame: Any, pts_ms: float | None, at: float) -> tuple[Any, bool]:
+        buffered, retained = await judge(self, frame, pts_ms, at)
+        judged[frame.pts] = retained
+        return buffered, retained
+
+    monkeypatch.setattr(camera.Camera, "judge_track_frame", judged_frame)
     monkeypatch.setattr(
         camera, "frame_to_jpeg", lambda frame, quality: encoded.append(frame.pts) or encode(frame, quality)
     )
     await call.connect(server, {"type": "realtime", "output_modalities": ["text"]})
-    before = await stats_until(server, call, lambda s: s["frames_filtered"] >= 2)
-    # A frame may be between EVS and the buffer as the stats are read: kept, give or take that one.
-    assert abs(len(encoded) - (before["frames_sampled"] - before["frames_filtered"])) <= 1
+    stats = await stats_until(server, call, lambda s: s["frames_filtered"] >= 2)
+    kept = [pts for pts, retained in judged.items() if retained]
+    assert stats["camera_frames"] == 1 and len(kept) == 1  # a still camera: the first frame, then near-duplicates
+    assert encoded == kept
 
     mark = len(call.events)
     call.send({"type": "response.create"})
     done = await call.wait("response.done", after=mark)
-    after = await stats_until(server, call, lambda s: True)
 
     assert "The newest frame is mostly red" in done["response"]["output"][0]["content"][0]["text"]
-    assert len(encoded) == len(set(encoded))  # no frame encoded twice, whoever consumed it
-    kept = after["frames_sampled"] - after["frames_filtered"]
-    assert kept - 1 <= len(encoded) <= kept + 1  # the kept frames, and the filtered newest this response took
+    assert len(encoded) == 2 and encoded[0] == kept[0]  # no frame encoded twice, whoever consumed it
+    assert judged[encoded[1]] is False  # the filtered newest, encoded once, for this response
