@@ -26,6 +26,7 @@ from typing import Any
 
 import aiohttp
 
+from ..pcm import MAX_AUDIO_BUFFER_BYTES
 from ..protocol import understand_messages as understand_proto
 from ..protocol.codec import DecodedEvent, MalformedEvent, ServerEvent, UnknownEvent
 from .engine import ContextLost, EngineError, LiveSettings
@@ -39,7 +40,7 @@ UNDERSTAND_MESSAGE_BYTES = 4 * 1024 * 1024
 KEEPALIVE_S = 20.0  # the upstream ends a session after 60 s without a client message
 TURN_EVENT_QUEUE = 256  # upstream events waiting for the turn; a full queue holds the socket back
 TEXT_DONE_GRACE_S = 2.0  # audio follows text.done within milliseconds when the upstream speaks at all
-MAX_PENDING_AUDIO_BYTES = understand_proto.MAX_AUDIO_BUFFER_BYTES  # the upstream would drop more anyway
+MAX_PENDING_AUDIO_BYTES = MAX_AUDIO_BUFFER_BYTES  # the upstream would drop more anyway
 # Upstream errors about one frame or chunk: logged, the turn goes on. Every other error ends the turn.
 MEDIA_ERRORS = (
     understand_proto.INVALID_IMAGE_DATA,

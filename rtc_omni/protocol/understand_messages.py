@@ -62,8 +62,6 @@ def unknown_type_error(msg_type: Any) -> str:
     return f"Unknown type: {shortened(msg_type)}"
 
 
-MAX_AUDIO_BUFFER_BYTES = 4 * 1024 * 1024
-
 _LEGACY_ALIASES = {
     "num_sample_frames": "num_frames",
     "evs_enabled": "enable_frame_filter",
