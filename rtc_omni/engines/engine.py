@@ -9,7 +9,7 @@ import io
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 from PIL import Image
@@ -59,14 +59,43 @@ class TurnFrame:
 
 
 @dataclass(frozen=True)
+class FunctionTool:
+    """A function the model may call (the Realtime API's `{type: "function", ...}` tool)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]  # JSON Schema of its arguments object
+
+
+@dataclass(frozen=True)
+class ForcedTool:
+    """`tool_choice` naming one tool: the answer is a call of it."""
+
+    name: str
+
+
+# auto: the model decides; none: it calls nothing; required: it calls one of the tools.
+ToolChoice = Literal["auto", "none", "required"] | ForcedTool
+
+
+@dataclass(frozen=True)
 class UnderstandTurn:
-    """Everything one answer is computed from."""
+    """Everything one answer is computed from.
+
+    `history` is chat-completions messages, oldest first: `{"role", "content"}`, an assistant
+    message's calls as `tool_calls` ({"id", "type": "function", "function": {"name", "arguments"}}),
+    and a call's result as `{"role": "tool", "tool_call_id", "content"}`, which is how chat
+    templates (Qwen's among them) render them. `tools` is empty unless the session offers tools
+    and the engine calls them (`ToolCallingEngine`).
+    """
 
     request_id: str
     frames: list[TurnFrame]
     audio_pcm16: bytes  # INPUT_SAMPLE_RATE mono signed 16-bit little-endian
     query: str
     history: list[dict[str, Any]] = field(default_factory=list)
+    tools: tuple[FunctionTool, ...] = ()
+    tool_choice: ToolChoice = "auto"
     system_prompt: str | None = None
     modalities: tuple[str, ...] = ("text", "audio")
     speech_ms: float | None = None  # set when server VAD cut the audio: the speech without padding
@@ -109,7 +138,25 @@ class Usage:
     output_audio_tokens: int | None = None
 
 
-UnderstandOutput = TextDelta | AudioChunk | ContextLost | Usage
+@dataclass(frozen=True)
+class FunctionCallStarted:
+    """The model calls a tool of the turn's. Its arguments follow as `FunctionArguments`; the call
+    ends where the next one starts or the stream ends. Once a call starts, an engine yields no more
+    text or audio: only further calls and its `Usage`."""
+
+    call_id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class FunctionArguments:
+    """Part of the current call's arguments: the parts joined are its JSON object."""
+
+    call_id: str
+    delta: str
+
+
+UnderstandOutput = TextDelta | AudioChunk | ContextLost | Usage | FunctionCallStarted | FunctionArguments
 
 
 @dataclass(frozen=True)
@@ -165,6 +212,19 @@ class UnderstandEngine(Protocol):
     async def close(self) -> None:
         """Release engine resources at server shutdown."""
         ...
+
+
+@runtime_checkable
+class ToolCallingEngine(Protocol):
+    """Optional: an understanding engine that calls a turn's `tools`. Sessions offer tools only
+    to engines for which `calls_tools` is true; the others get turns without tools."""
+
+    @property
+    def calls_tools(self) -> bool: ...
+
+
+def calls_tools(engine: object) -> bool:
+    return isinstance(engine, ToolCallingEngine) and engine.calls_tools
 
 
 class Transcriber(Protocol):

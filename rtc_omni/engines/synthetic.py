@@ -4,20 +4,28 @@ It measures the frames (count, size, the newest frame's mean colour and its name
 audio (duration, dominant frequency), writes that up as its answer, streams the words at a token
 rate after a time-to-first-token, and speaks the answer in chunks shaped like vLLM-Omni's talker
 output (a short first chunk, then longer ones). Tests and benchmarks use it to prove the media path.
+
+It calls tools by a documented, deterministic rule (`chosen_call`), so that every event of a
+function call can be tested: it calls the first offered tool whose name is in the user's text,
+with the first JSON object in that text as the arguments, and after a tool's output it says what
+the tool returned.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import json
 import math
 import shutil
 import subprocess
+import uuid
 import wave
 import zlib
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import av
 import numpy as np
@@ -25,6 +33,10 @@ import numpy as np
 from ..pcm import INPUT_SAMPLE_RATE, TALKER_SAMPLE_RATE, pcm16_to_float
 from .engine import (
     AudioChunk,
+    ForcedTool,
+    FunctionArguments,
+    FunctionCallStarted,
+    FunctionTool,
     TextDelta,
     Transcriber,
     TurnFrame,
@@ -155,6 +167,54 @@ def analyse(turn: UnderstandTurn) -> TurnAnalysis:
     )
 
 
+ARGUMENT_DELTA_CHARS = 8  # a call's arguments stream in pieces of this many characters, one per token
+
+
+def first_json_object(text: str) -> dict[str, Any] | None:
+    """The first JSON object written in `text`, or None."""
+    decoder = json.JSONDecoder()
+    start = text.find("{")
+    while start != -1:
+        try:
+            value, _ = decoder.raw_decode(text, start)
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            return value
+        start = text.find("{", start + 1)
+    return None
+
+
+def chosen_call(turn: UnderstandTurn) -> tuple[FunctionTool, str] | None:
+    """The synthetic engine's rule for calling a tool, and the arguments (JSON) it calls it with.
+
+    With `tool_choice` auto: the first of the turn's tools whose name appears in the user's text;
+    `required`: that tool, or else the first tool; a named choice: that tool; `none`: no call.
+    The arguments are the first JSON object in the text, or `{}`.
+    """
+    choice = turn.tool_choice
+    if not turn.tools or choice == "none":
+        return None
+    named = [tool for tool in turn.tools if tool.name in turn.query]
+    if isinstance(choice, ForcedTool):
+        named = [tool for tool in turn.tools if tool.name == choice.name]
+    elif choice == "required":
+        named = named or list(turn.tools)
+    if not named:
+        return None
+    return named[0], json.dumps(first_json_object(turn.query) or {})
+
+
+def tool_report(turn: UnderstandTurn) -> str | None:
+    """ "The tool get_weather returned 22C.": the answer to a turn whose input is a tool's output."""
+    if turn.query or turn.audio_pcm16 or not turn.history or turn.history[-1].get("role") != "tool":
+        return None
+    result = turn.history[-1]
+    names = {call["id"]: call["function"]["name"] for past in turn.history for call in past.get("tool_calls", [])}
+    name = names.get(result.get("tool_call_id"), "tool")
+    return f"The tool {name} returned {result.get('content', '')}."
+
+
 def count_usage(turn: UnderstandTurn, answer_words: int, speech_samples: int) -> Usage:
     """The turn's tokens, counted honestly from what the engine took and gave: a word of text is a
     token (the answer streams one word per token), audio and images at the rates above."""
@@ -204,6 +264,9 @@ def espeak_voice(text: str) -> np.ndarray:
     return np.concatenate(out).astype(np.float32) if out else np.zeros(0, dtype=np.float32)
 
 
+Timeline = list[tuple[float, UnderstandOutput]]  # each output at its second after the request
+
+
 class SyntheticEngine:
     """CPU-only, deterministic understanding engine (the default)."""
 
@@ -232,12 +295,48 @@ class SyntheticEngine:
     def _speak(self, text: str) -> np.ndarray:
         return espeak_voice(text) if self.voice == "espeak" else tone_voice(text)
 
+    calls_tools = True
+
     async def generate(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:
-        analysis = await asyncio.to_thread(analyse, turn)
-        answer = analysis.describe()
+        call = chosen_call(turn)
+        if call is not None:
+            timeline = self._call_timeline(turn, *call)
+        else:
+            timeline = await self._answer_timeline(turn)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        self._active.add(turn.request_id)
+        try:
+            for at, output in timeline:
+                delay = began + at - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if turn.request_id in self._aborted:
+                    return
+                yield output
+        finally:
+            self._active.discard(turn.request_id)
+            self._aborted.discard(turn.request_id)
+
+    def _call_timeline(self, turn: UnderstandTurn, tool: FunctionTool, arguments: str) -> Timeline:
+        """A call and nothing else: its arguments stream a piece per token after the first token."""
+        call_id = f"call_{uuid.uuid4().hex[:16]}"
+        pieces = [arguments[i : i + ARGUMENT_DELTA_CHARS] for i in range(0, len(arguments), ARGUMENT_DELTA_CHARS)]
+        timeline: Timeline = [(self.ttft, FunctionCallStarted(call_id, tool.name))]
+        timeline += [
+            (self.ttft + (i + 1) / self.token_rate, FunctionArguments(call_id, piece)) for i, piece in enumerate(pieces)
+        ]
+        timeline.append((timeline[-1][0], count_usage(turn, len(pieces) + 1, 0)))
+        return timeline
+
+    async def _answer_timeline(self, turn: UnderstandTurn) -> Timeline:
+        answer = tool_report(turn)
+        if answer is None:
+            analysis = await asyncio.to_thread(analyse, turn)
+            answer = analysis.describe()
         words = answer.split(" ")
         # Text timeline: one word per token after the time to first token.
-        timeline: list[tuple[float, UnderstandOutput]] = [
+        timeline: Timeline = [
             (self.ttft + i / self.token_rate, TextDelta(word if i == 0 else " " + word)) for i, word in enumerate(words)
         ]
         speech = np.zeros(0, dtype=np.float32)
@@ -254,21 +353,7 @@ class SyntheticEngine:
                 start, chunk_s = end, AUDIO_CHUNK_S
         timeline.sort(key=lambda item: item[0])
         timeline.append((timeline[-1][0], count_usage(turn, len(words), speech.size)))
-
-        loop = asyncio.get_running_loop()
-        began = loop.time()
-        self._active.add(turn.request_id)
-        try:
-            for at, output in timeline:
-                delay = began + at - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                if turn.request_id in self._aborted:
-                    return
-                yield output
-        finally:
-            self._active.discard(turn.request_id)
-            self._aborted.discard(turn.request_id)
+        return timeline
 
     async def abort(self, request_id: str) -> None:
         if request_id in self._active:
