@@ -43,3 +43,15 @@ def require_loopback_namespace() -> None:
             "ip netns add rtcomni; ip netns exec rtcomni ip link set lo up; "
             "ip netns exec rtcomni python -m pytest"
         )
+
+
+AGENTS_DIR = os.environ.get("RTC_OMNI_AGENTS_DIR", "/tmp/rtc-omni-agents")
+
+
+def agent_env(name: str) -> str:
+    """The folder of agent framework `name`'s environment (tests/agents/README.md); if it is not
+    built, skip (fail under CI) naming the command that builds it."""
+    folder = os.path.join(AGENTS_DIR, name)
+    if not os.path.isdir(folder):
+        unavailable(f"the {name} environment is not built (bash tests/agents/env.sh {name} {folder})")
+    return folder
