@@ -12,6 +12,7 @@ says SPOKEN in a loop, muted until a test opens it.
 
 from __future__ import annotations
 
+import json
 import re
 import wave
 from collections.abc import AsyncIterator
@@ -135,6 +136,21 @@ async def test_speech_at_the_microphone_is_heard_transcribed_and_answered(
     await expect_said(page, "assistant", re.compile(r"I heard [1-9][\d.]* seconds of audio"))
     await expect_said(page, "user", re.compile(r"picture on the table", re.IGNORECASE))
     await page.evaluate("window.agentApp.session.mute(true)")
+    assert await page.evaluate("window.agentApp.errors") == []
+
+
+@BROWSER_LOOP
+async def test_the_agents_tool_runs_in_the_page_and_the_answer_gives_its_result(
+    make_server: Any, open_page: PageFactory, agent_site: str
+) -> None:
+    page = await connected_app(make_server, open_page, agent_site)
+    # The synthetic engine calls an offered tool that the user names, with the JSON in the message.
+    await page.evaluate("text => window.agentApp.session.sendMessage(text)", 'Use get_weather for {"city": "Paris"}')
+    await expect_said(page, "function_call", re.compile(r"get_weather\(.*Paris.*\) -> 22C"))
+    await expect_said(page, "assistant", "22C")
+    assert [
+        (json.loads(arguments), result) for arguments, result in await page.evaluate("window.agentApp.toolResults")
+    ] == [({"city": "Paris"}, "22C")]
     assert await page.evaluate("window.agentApp.errors") == []
 
 
