@@ -9,7 +9,6 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,16 +17,17 @@ from .realtime_client import speech24k
 from .tools import agent_env
 
 AGENT = Path(__file__).parent / "agents" / "pipecat" / "agent.py"
+EXAMPLE = Path(__file__).parent.parent / "docs" / "frameworks" / "pipecat.md"
 SILENCE = bytes(2 * 24_000)  # a second of 24 kHz PCM16
 SENTENCE = "What is the weather like in Paris today?"
 
 
-async def run_agent(server: RunningServer, speech: Path) -> dict[str, dict[str, Any]]:
-    """The agent's turns by name; its log is in the failure when it does not finish."""
+async def run_pipecat(script: Path, *args: str) -> str:
+    """What `script` printed, run by the pipecat environment's Python; its log is in the failure
+    when it does not finish."""
     python = os.path.join(agent_env("pipecat"), "bin", "python")
-    url = server.url.replace("http://", "ws://") + "/v1/realtime"
     process = await asyncio.create_subprocess_exec(
-        python, str(AGENT), url, str(speech), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        python, str(script), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     try:
         async with asyncio.timeout(90):
@@ -37,8 +37,11 @@ async def run_agent(server: RunningServer, speech: Path) -> dict[str, dict[str, 
             process.kill()
             await process.wait()
     assert process.returncode == 0, err.decode()[-4000:]
-    turns = [json.loads(line) for line in out.decode().splitlines()]
-    return {turn["name"]: turn for turn in turns}
+    return out.decode()
+
+
+def realtime_url(server: RunningServer) -> str:
+    return server.url.replace("http://", "ws://") + "/v1/realtime"
 
 
 @pytest.mark.media
@@ -50,7 +53,8 @@ async def test_pipecat_agent_calls_its_tool_hears_speech_and_answers_typed_text(
     speech = tmp_path / "speech.pcm"
     speech.write_bytes(SILENCE + spoken + SILENCE)
 
-    turns = await run_agent(server, speech)
+    out = await run_pipecat(AGENT, realtime_url(server), str(speech))
+    turns = {turn["name"]: turn for turn in map(json.loads, out.splitlines())}
 
     tool = turns["tool"]
     assert tool["calls"] == [{"name": "get_weather", "arguments": {"city": "Paris"}}]
@@ -65,3 +69,16 @@ async def test_pipecat_agent_calls_its_tool_hears_speech_and_answers_typed_text(
     # pipecat sends a typed message as a system item, so the answer counts it among the earlier
     # items: the tool turn's four (request, call, output, answer), the spoken turn's two, and it.
     assert "I was given 7 earlier conversation items" in turns["text"]["reply"]["text"]
+
+
+@pytest.mark.media
+async def test_the_docs_pipecat_bot_runs_as_written(server: RunningServer, tmp_path: Path) -> None:
+    """docs/frameworks/pipecat.md's bot, told this server's address instead of the default one."""
+    code = re.search(r"```python\n(.*?)```", EXAMPLE.read_text(), re.S)
+    assert code is not None
+    bot = tmp_path / "bot.py"
+    bot.write_text(code.group(1).replace("ws://127.0.0.1:8080/v1/realtime", realtime_url(server)))
+
+    out = await run_pipecat(bot)
+
+    assert out == 'bot: The tool get_weather returned "22C".\n'
