@@ -93,13 +93,20 @@ async def tool_turn(conversation: Conversation) -> dict[str, Any]:
     start = await conversation.until("tool_start", "agent_end")
     if start.type != "tool_start":
         raise RuntimeError(f"the agent answered without calling its tool: {conversation.answer()}")
-    end = await conversation.until("tool_end")
-    await conversation.until("agent_end")  # the answer after the tool's output
+    # The framework reports the tool's end after sending its output, so the response that answers
+    # the output may start before or after it; that response's end is the turn's end.
+    waiting = {"tool_end", "agent_start"}
+    while waiting:
+        event = await conversation.until(*waiting)
+        waiting.discard(event.type)
+        if event.type == "tool_end":
+            output = event.output
+    await conversation.until("agent_end")
     return {
         "turn": "tool",
         "tool": start.tool.name,
         "arguments": json.loads(start.arguments),
-        "output": end.output,
+        "output": output,
         "answer": conversation.answer(),
     }
 
