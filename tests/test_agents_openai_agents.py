@@ -1,7 +1,9 @@
 """openai-agents 0.24 (`RealtimeAgent` + `RealtimeRunner` over WebSocket), unchanged but for its URL
 and key, holds a conversation with `/v1/realtime`: a typed question, a spoken one ended by the server's
 VAD, and a tool round trip. The agent runs in its own environment (tests/agents/openai-agents/), as
-tests/agents/openai-agents/voice_agent.py, which prints what its user sees of each turn.
+tests/agents/openai-agents/voice_agent.py, which prints what its user sees of each turn. The
+framework validates every server event against its own `openai` types and reports one that fails as
+an error, which fails the run.
 """
 
 from __future__ import annotations
