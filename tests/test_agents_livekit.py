@@ -2,7 +2,7 @@
 unchanged but for its base URL and key.
 
 The agent (tests/agents/livekit/agent.py) runs in the framework's own environment as a subprocess,
-one turn a run, and reports the conversation its `AgentSession` recorded and the seconds of speech
+one turn a run, and reports the conversation its `AgentSession` holds (its history) and the seconds of speech
 it played; these tests check what its user would have read and heard.
 """
 
@@ -27,15 +27,16 @@ from .tools import agent_env, require_loopback_namespace, unavailable
 pytestmark = pytest.mark.media
 
 AGENT = Path(__file__).parent / "agents" / "livekit" / "agent.py"
+DOCS = Path(__file__).parents[1] / "docs" / "frameworks" / "livekit.md"
 RUN_TIMEOUT_S = 90.0
 
 
-async def run_agent(server: RunningServer, *args: str) -> dict[str, Any]:
-    """One run of the agent against `server`: its JSON report, or a failure showing its output."""
+async def run_in_env(*args: str) -> str:
+    """`python ARGS` in the framework's environment: its standard output, or a failure showing its log."""
     require_loopback_namespace()  # the framework's own code runs: nothing it does may leave this host
     python = os.path.join(agent_env("livekit"), "bin", "python")
     process = await asyncio.create_subprocess_exec(
-        python, str(AGENT), f"{server.url}/v1", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        python, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     try:
         out, err = await asyncio.wait_for(process.communicate(), RUN_TIMEOUT_S)
@@ -43,8 +44,14 @@ async def run_agent(server: RunningServer, *args: str) -> dict[str, Any]:
         process.kill()
         out, err = await process.communicate()
     sys.stderr.write(err.decode(errors="replace")[-6000:])  # shown when a test fails
-    assert process.returncode == 0, f"the agent exited with {process.returncode}"
-    return json.loads(out.decode().splitlines()[-1])
+    assert process.returncode == 0, f"{args[0]} exited with {process.returncode}"
+    return out.decode()
+
+
+async def run_agent(server: RunningServer, *args: str) -> dict[str, Any]:
+    """One turn of tests/agents/livekit/agent.py against `server`: its report."""
+    out = await run_in_env(str(AGENT), f"{server.url}/v1", *args)
+    return json.loads(out.splitlines()[-1])
 
 
 def messages(report: dict[str, Any], role: str) -> list[str]:
@@ -85,3 +92,12 @@ async def test_tool_round_trip_answers_with_the_tools_result(server: RunningServ
     assert outputs == ["22C"]
     answer = messages(report, "assistant")[-1]
     assert "22C" in answer, answer
+
+
+async def test_docs_example_runs_as_written(server: RunningServer, tmp_path: Path) -> None:
+    """docs/frameworks/livekit.md's example verbatim, told where the server is."""
+    example = DOCS.read_text().split("```python\n", 1)[1].split("```", 1)[0]
+    assert "http://127.0.0.1:8080/v1" in example
+    (tmp_path / "example.py").write_text(example.replace("http://127.0.0.1:8080", server.url))
+    out = await run_in_env(str(tmp_path / "example.py"))
+    assert out.strip() == "The tool get_weather returned 22C.", out

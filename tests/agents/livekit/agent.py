@@ -90,22 +90,19 @@ def transcript(item: llm.ChatItem) -> dict[str, Any]:
     return {"type": item.type}
 
 
-async def run_turn(session: AgentSession, user_input: str) -> list[dict[str, Any]]:
-    """A typed turn: what it added to the conversation, in order."""
-    result = await asyncio.wait_for(session.run(user_input=user_input), TURN_TIMEOUT_S)
-    return [transcript(event.item) for event in result.events if hasattr(event, "item")]
+async def typed_turn(session: AgentSession, user_input: str) -> None:
+    await asyncio.wait_for(session.run(user_input=user_input), TURN_TIMEOUT_S)
 
 
-async def spoken_turn(session: AgentSession, microphone: Microphone, speech: bytes) -> list[dict[str, Any]]:
-    """A spoken turn: rtc-omni's VAD hears its end and answers, and transcribes it; the items it
-    added (the user's transcript may come after the answer, as OpenAI's may)."""
-    added: asyncio.Queue[llm.ChatItem] = asyncio.Queue()
-    session.on("conversation_item_added", lambda event: added.put_nowait(event.item))
+async def spoken_turn(session: AgentSession, microphone: Microphone, speech: bytes) -> None:
+    """rtc-omni's VAD hears the turn end and answers; its transcript may come after the answer, as
+    OpenAI's may, so the turn is over once the conversation holds both."""
+    added: asyncio.Queue[str] = asyncio.Queue()
+    session.on("conversation_item_added", lambda event: added.put_nowait(getattr(event.item, "role", "")))
     microphone.say(speech)
-    items: list[dict[str, Any]] = []
-    while {"user", "assistant"} - {item.get("role") for item in items}:
-        items.append(transcript(await asyncio.wait_for(added.get(), TURN_TIMEOUT_S)))
-    return items
+    roles: set[str] = set()
+    while {"user", "assistant"} - roles:
+        roles.add(await asyncio.wait_for(added.get(), TURN_TIMEOUT_S))
 
 
 async def main(base_url: str, turn: str, speech_path: str | None = None) -> None:
@@ -117,14 +114,15 @@ async def main(base_url: str, turn: str, speech_path: str | None = None) -> None
             session.output.audio = loudspeaker
             await session.start(Assistant())
             if turn == "text":
-                items = await run_turn(session, "What colour is the sky?")
+                await typed_turn(session, "What colour is the sky?")
             elif turn == "speech" and speech_path is not None:
                 with open(speech_path, "rb") as file:
-                    items = await spoken_turn(session, microphone, file.read())
+                    await spoken_turn(session, microphone, file.read())
             elif turn == "tool":
-                items = await run_turn(session, 'Use get_weather for {"city": "Paris"}')
+                await typed_turn(session, 'Use get_weather for {"city": "Paris"}')
             else:
                 raise SystemExit(__doc__)
+            items = [transcript(item) for item in session.history.items]
     finally:
         await model.aclose()  # the HTTP session it opened for the WebSocket
     print(json.dumps({"items": items, "speech_played_s": loudspeaker.played_s}))
