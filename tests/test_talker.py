@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from aiortc.mediastreams import MediaStreamError
 
-from rtc_omni.media.talker import TAIL_PACKETS, TalkerAudioTrack
+from rtc_omni.media.talker import FLUSH_BURST_PACKETS, FLUSH_PACKET_MS, TAIL_PACKETS, TalkerAudioTrack
 from rtc_omni.pcm import float_to_pcm16
 
 RTP_CLOCK = 48_000
@@ -87,13 +87,38 @@ async def test_flush_silences_the_talker_within_one_packet() -> None:
     spoken = [await talker.recv() for _ in range(3)]
     assert talker.flush() > 1500
     assert await talker.wait_drained(0.1)
-    tail = [await talker.recv() for _ in range(TAIL_PACKETS)]  # silent packets end the speech; then nothing
+    # silent packets end the speech (a burst of short ones, then the tail); then nothing
+    tail = [await talker.recv() for _ in range(FLUSH_BURST_PACKETS + TAIL_PACKETS)]
     heard = decode(spoken + tail)
     assert np.abs(heard[-2000:]).max() < 0.01
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.3):
             await talker.recv()
-    assert talker.packets_sent == 3 + TAIL_PACKETS and talker.voiced_ms_sent == 180
+    assert talker.packets_sent == 3 + FLUSH_BURST_PACKETS + TAIL_PACKETS and talker.voiced_ms_sent == 180
+
+
+async def test_a_flush_during_speech_sends_what_a_plain_peer_holds_at_once_and_the_clock_stays_near() -> None:
+    """aiortc's receiver holds four packets: five short silent ones at once release the speech it
+    held, and the next answer is not kept waiting for the clock they ran ahead."""
+    talker = sixty_ms_talker()
+    await talker.write(float_to_pcm16(tone(2.0)))
+    spoken = [await talker.recv() for _ in range(2)]
+    flushed = time.monotonic()
+    talker.flush()
+    burst = [await talker.recv() for _ in range(FLUSH_BURST_PACKETS)]
+    assert time.monotonic() - flushed < 0.02  # at once, not in their slots
+    step = FLUSH_PACKET_MS * RTP_CLOCK // 1000
+    assert [p.pts - burst[0].pts for p in burst] == [i * step for i in range(FLUSH_BURST_PACKETS)]
+    assert burst[0].pts == spoken[-1].pts + 60 * RTP_CLOCK // 1000
+    assert np.abs(decode(burst)).max() < 0.01
+    await talker.write(float_to_pcm16(tone(0.5)))  # the next answer, at once
+    answered = time.monotonic()
+    packet = await talker.recv()
+    assert (
+        time.monotonic() - answered < 0.06 + FLUSH_BURST_PACKETS * FLUSH_PACKET_MS / 1000 + 0.01
+    )  # its slot, later by the burst
+    assert packet.pts == burst[-1].pts + step
+    talker.stop()
     talker.stop()
 
 
@@ -112,14 +137,16 @@ async def test_flush_sends_the_first_silent_packet_ahead_of_its_slot() -> None:
     talker.stop()
 
 
-async def test_interrupts_in_quick_succession_never_run_more_than_a_packet_ahead() -> None:
+async def test_interrupts_in_quick_succession_never_run_the_clock_far_ahead() -> None:
     talker = sixty_ms_talker()
+    await talker.write(float_to_pcm16(tone(1.0)))
     started = time.monotonic()
-    for _ in range(8):  # each flush sends its first silent packet at once, ahead of its slot
+    first = await talker.recv()
+    for _ in range(8):  # each flush may burst short silent packets at once, ahead of their slots
         talker.flush()
-        await talker.recv()
-    # eight packets of 60 ms: the last may leave one packet time ahead of its slot (0.42 s), no earlier
-    assert time.monotonic() - started >= 7 * 0.06 - 0.06 - 0.01
+        packet = await talker.recv()
+    ahead_s = (packet.pts - first.pts) / RTP_CLOCK - (time.monotonic() - started)
+    assert ahead_s <= 0.06 + 2 * FLUSH_BURST_PACKETS * FLUSH_PACKET_MS / 1000 + 0.01  # a slot and two bursts
     talker.stop()
 
 

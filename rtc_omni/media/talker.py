@@ -11,9 +11,14 @@ of the speech; a peer's decoder then fades out from silence; and a plain aiortc 
 holds four packets, hands out the last of the speech) and ends by re-basing the timestamps on the
 wall clock, so the peer's jitter buffer sees a pause in a steady stream, as after Opus DTX.
 
-At most one packet is out of the talker's hands at a time, and `flush()` sends the first silent
-packet at once, ahead of its slot: a peer hears silence one network hop after the interrupt, however
-long the packets are. The rest of the silent packets keep their slots.
+At most one packet is out of the talker's hands at a time. An interrupt (`flush()`) while speech
+may still be held at the peer sends FLUSH_BURST_PACKETS short silent packets at once, ahead of their
+slots: a plain aiortc receiver, which holds the last four packets it got, then releases the speech
+it held one network hop after the interrupt instead of four packet times later (at 120 ms packets,
+~0.5 s of speech the user would hear after asking it to stop). They are FLUSH_PACKET_MS long, so the
+RTP clock runs only 50 ms ahead of its slots (100 ms at most, however many interrupts come), and an
+answer right after the interrupt starts at most that much later. The rest of the silent packets keep
+their slots, from a fresh encoder: the old one's lookahead holds the end of the cut speech.
 """
 
 from __future__ import annotations
@@ -40,6 +45,10 @@ OPUS_COMPLEXITY = 3
 # no loss in what a recogniser hears (docs/benchmarks.md)
 OPUS_APPLICATION = "audio"
 TAIL_PACKETS = 5  # aiortc's audio jitter buffer releases a packet once 4 more have arrived
+# One more than that buffer holds: the speech it held is released, and so is the first silent packet,
+# which a peer's decoder turns into the fade of the cut speech.
+FLUSH_BURST_PACKETS = 5
+FLUSH_PACKET_MS = 10  # each burst packet's audio: the RTP clock runs 40 ms ahead, not 4 packet times
 _BYTES_PER_SAMPLE = 2
 _REANCHOR_AFTER_S = 0.2  # behind the clock by more than this: restart the clock instead of bursting
 _TIME_BASE = fractions.Fraction(1, RTP_CLOCK)
@@ -73,13 +82,15 @@ class TalkerAudioTrack(MediaStreamTrack):
         # --talker-packet-ms, or less when the peer's offer asks (signaling/ptime.py), set before media flows
         self.packet_ms = DEFAULT_TALKER_PACKET_MS
         self._encoder: AudioCodecContext | None = None
+        self._burst_encoder: AudioCodecContext | None = None
         self._buffer = bytearray()
         self._space = asyncio.Event()
         self._space.set()
         self._drained = asyncio.Event()
         self._drained.set()
         self._audio = asyncio.Event()  # wakes an idle recv()
-        self._send_now = asyncio.Event()  # a flush: wakes a recv() waiting for its packet's slot
+        self._send_now = asyncio.Event()  # a flush's burst: wakes a recv() waiting for its packet's slot
+        self._burst_left = 0  # short silent packets a flush sends at once
         self._start: float | None = None
         self._pts = 0  # of the next packet, in RTP clock units since _start
         self._paused = True  # the previous packet time passed with nothing to send
@@ -116,13 +127,26 @@ class TalkerAudioTrack(MediaStreamTrack):
         after an interrupt hears it, whenever the interrupt came.
         """
         dropped_ms = self.buffered_ms
+        if self._may_hold_speech() and not self._ahead():
+            self._burst_left = FLUSH_BURST_PACKETS
+            self._send_now.set()
+            self._encoder = None  # its lookahead holds the cut speech, which must not follow the silence
         self._buffer.clear()
         self._tail_left = TAIL_PACKETS
         self._audio.set()
-        self._send_now.set()
         self._space.set()
         self._drained.set()
         return dropped_ms
+
+    def _may_hold_speech(self) -> bool:
+        """Speech is being sent, or fewer silent packets than a peer holds went out since the last."""
+        return bool(self._buffer) or self._tail_left > TAIL_PACKETS - FLUSH_BURST_PACKETS
+
+    def _ahead(self) -> bool:
+        """The clock already runs ahead of the next slot by a burst (one just went): interrupts in
+        quick succession must not push it ever further ahead."""
+        burst_ms = FLUSH_BURST_PACKETS * FLUSH_PACKET_MS
+        return self._start is not None and self._due() - time.monotonic() > (self.packet_ms + burst_ms) / 1000
 
     async def wait_drained(self, timeout: float) -> bool:
         """Wait until everything queued has been handed to the sender; False on timeout."""
@@ -137,9 +161,13 @@ class TalkerAudioTrack(MediaStreamTrack):
         while True:
             if self.readyState != "live":
                 raise MediaStreamError
+            if self._burst_left:
+                return self._burst_packet()
             if self._buffer or self._tail_left:
                 await self._wait_for_packet_time()
-                if self._buffer or self._tail_left:  # a flush() may have come meanwhile
+                if self._burst_left:  # a flush came meanwhile
+                    continue
+                if self._buffer or self._tail_left:
                     return self._next_packet()
             self._paused = True
             self._audio.clear()
@@ -154,19 +182,12 @@ class TalkerAudioTrack(MediaStreamTrack):
         late = now - self._due()
         if late > 0 and (self._paused or late > _REANCHOR_AFTER_S):
             self._pts += round(late * RTP_CLOCK)
-        elif late < 0:
-            if not self._send_now.is_set():
-                try:
-                    async with asyncio.timeout(-late):
-                        await self._send_now.wait()
-                except TimeoutError:
-                    pass
-            # A packet sent at once (a flush) leaves up to one packet time ahead of its slot, never
-            # more: interrupts in quick succession would otherwise run ever further ahead.
-            ahead = self._due() - time.monotonic() - self.packet_ms / 1000
-            if ahead > 0:
-                await asyncio.sleep(ahead)
-        self._send_now.clear()
+        elif late < 0 and not self._send_now.is_set():
+            try:
+                async with asyncio.timeout(-late):
+                    await self._send_now.wait()
+            except TimeoutError:
+                pass
         self._paused = False
 
     def _due(self) -> float:
@@ -197,6 +218,23 @@ class TalkerAudioTrack(MediaStreamTrack):
         packet = packets[0]
         packet.pts, packet.time_base = self._pts, _TIME_BASE
         self._pts += self._encoder.frame_size * RTP_CLOCK // TALKER_SAMPLE_RATE
+        self.packets_sent += 1
+        return packet
+
+    def _burst_packet(self) -> av.Packet:
+        """One short silent packet of a flush's burst, sent at once."""
+        self._send_now.clear()
+        if self._start is None:
+            self._start = time.monotonic()
+        if self._burst_encoder is None:
+            self._burst_encoder = opus_speech_encoder(FLUSH_PACKET_MS)
+        samples = self._burst_encoder.frame_size
+        frame = av.AudioFrame.from_ndarray(np.zeros((1, samples), dtype="<i2"), format="s16", layout="mono")
+        frame.sample_rate = TALKER_SAMPLE_RATE
+        packet = self._burst_encoder.encode(frame)[0]
+        packet.pts, packet.time_base = self._pts, _TIME_BASE
+        self._pts += samples * RTP_CLOCK // TALKER_SAMPLE_RATE
+        self._burst_left -= 1
         self.packets_sent += 1
         return packet
 
