@@ -11,6 +11,7 @@ from pathlib import Path
 from aiohttp import web
 
 from . import patches
+from .allocations import AllocationReport
 from .config import Settings
 from .engines import Engines, create_engines
 from .metrics import get_metrics, watch_sessions
@@ -156,8 +157,9 @@ async def serve(
     on_listening: Callable[[int], None] | None = None,
     worker: Worker | None = None,
 ) -> None:
-    """Serve `app` on --host/--port until SIGINT or SIGTERM, then shut down gracefully; `on_listening`
-    gets the bound port once the engines are up and the server listens (the CLI's ready banner).
+    """Serve `app` on --host/--port until SIGINT or SIGTERM, then shut down gracefully (SIGUSR1 logs the
+    top allocation sites: allocations.py); `on_listening` gets the bound port once the engines are up
+    and the server listens (the CLI's ready banner).
     A `worker` shares the port with its siblings (SO_REUSEPORT) and also listens on its private
     Unix socket for the requests they forward to it (workers/forwarding.py).
 
@@ -171,6 +173,7 @@ async def serve(
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, AllocationReport().log_soon)  # the leak hunter's probe
     limited = ConnectionLimit(runner.server, settings.max_connections_per_client)
     listeners: list[asyncio.Server] = []
     try:

@@ -43,9 +43,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(*args: str, cwd: Path | None = None, log: Path | None = None) -> tuple[str, subprocess.Popen[str]]:
+def start_server(
+    *args: str, cwd: Path | None = None, log: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[str, subprocess.Popen[str]]:
     """`rtc-omni serve ARGS --port FREE`, once it answers /healthz; its output to `log` when one is
-    given (a debug log outgrows a pipe nobody reads), else to a pipe."""
+    given (a debug log outgrows a pipe nobody reads), else to a pipe; `env` added to this one's."""
     port = free_port()
     process = subprocess.Popen(
         [*RTC_OMNI, "serve", *args, "--port", str(port)],
@@ -53,6 +55,7 @@ def start_server(*args: str, cwd: Path | None = None, log: Path | None = None) -
         stderr=subprocess.STDOUT,
         text=True,
         cwd=cwd,
+        env=None if env is None else {**os.environ, **env},
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
@@ -91,6 +94,15 @@ def shared_server():
     url, process = start_server(*SERVE_FAST)
     yield url
     stop(process)
+
+
+def wait_for_text(log: Path, text: str, timeout: float = 20.0) -> str:
+    """The log's content once `text` is in it."""
+    deadline = time.monotonic() + timeout
+    while text not in (content := log.read_text()):
+        assert time.monotonic() < deadline, f"{text!r} not logged within {timeout} s:\n{content[-2000:]}"
+        time.sleep(0.1)
+    return content
 
 
 def readme_command(program: str) -> list[str]:
@@ -387,6 +399,35 @@ def test_a_real_model_name_on_the_synthetic_engine_is_warned_about() -> None:
         done = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert "warning: --model Qwen/Qwen3-Omni-30B-A3B-Instruct only names the model" in done.stderr
     assert "--engine vllm" in done.stderr
+
+
+def test_sigusr1_logs_the_top_allocation_sites_and_what_grew_since(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    url, process = start_server(*SERVE_FAST, log=log, env={"PYTHONTRACEMALLOC": "1"})
+    try:
+        process.send_signal(signal.SIGUSR1)
+        wait_for_text(log, "top 20 by size:")
+        urllib.request.urlopen(url + "/healthz", timeout=10).read()
+        process.send_signal(signal.SIGUSR1)
+        output = wait_for_text(log, "grown since the last SIGUSR1")
+        urllib.request.urlopen(url + "/healthz", timeout=10).read()  # still serving
+    finally:
+        stop(process)
+    top, grown = output.split("top 20 by size:")[1], output.split("grown since the last SIGUSR1")[1]
+    site = r" +\d+\. +{sign}[\d.]+ KiB +{sign}\d+ blocks  .+:\d+"  # rank, size, blocks, file:line
+    assert len([line for line in top.splitlines() if re.fullmatch(site.format(sign=""), line)]) == 20
+    assert any(re.fullmatch(site.format(sign=r"\+"), line) for line in grown.splitlines())
+
+
+def test_sigusr1_without_tracemalloc_says_how_to_turn_it_on(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    url, process = start_server(*SERVE_FAST, log=log)
+    try:
+        process.send_signal(signal.SIGUSR1)
+        wait_for_text(log, "start the server with PYTHONTRACEMALLOC=1")
+        urllib.request.urlopen(url + "/healthz", timeout=10).read()  # still serving
+    finally:
+        stop(process)
 
 
 def test_ice_chatter_stays_out_of_the_default_logs_and_returns_at_debug() -> None:

@@ -11,7 +11,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import IO, Protocol
 
 from ..client.media import AudioRecorder
 from ..client.rtc_peers import ControlClient
@@ -104,14 +104,18 @@ def wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float = 30
     raise RuntimeError(f"{url} did not answer within {timeout} s")
 
 
-def start_server(extra_args: list[str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
-    """`rtc-omni serve` (synthetic engines, tone voice) on a free loopback port, ready for offers."""
+def start_server(
+    extra_args: list[str] | None = None, env: dict[str, str] | None = None, log: IO[bytes] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`rtc-omni serve` (synthetic engines, tone voice) on a free loopback port, ready for offers;
+    `env` added to this process's, its output to `log` (else discarded)."""
     port = free_port()
     args = ["serve", "--host", "127.0.0.1", "--port", str(port), "--synthetic-voice", "tone"]
     process = subprocess.Popen(
         [sys.executable, "-m", "rtc_omni", *args, "--log-level", "warning", *(extra_args or [])],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=log or subprocess.DEVNULL,
+        stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
+        env=None if env is None else {**os.environ, **env},
     )
     url = f"http://127.0.0.1:{port}"
     wait_healthy(url + "/healthz", process)
@@ -128,8 +132,10 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def server(extra_args: list[str] | None = None) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    process, url = start_server(extra_args)
+def server(
+    extra_args: list[str] | None = None, env: dict[str, str] | None = None, log: IO[bytes] | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    process, url = start_server(extra_args, env, log)
     try:
         yield process, url
     finally:
