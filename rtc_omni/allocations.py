@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import logging
 import sys
 import threading
@@ -43,13 +44,17 @@ class AllocationReport:
             asyncio.get_running_loop().run_in_executor(None, self.log).add_done_callback(lambda _: self._busy.release())
 
     def log(self) -> None:
+        unreachable = gc.collect()  # what is still referenced, not what waits for the collector
         sites: dict[Site, tuple[int, int]] = {}
         for stat in tracemalloc.take_snapshot().statistics("lineno"):
             frame = stat.traceback[0]
             if frame.filename not in (__file__, tracemalloc.__file__):  # the report's own figures are no leak
                 sites[(short_path(frame.filename), frame.lineno)] = (stat.size, stat.count)
         total = sum(size for size, _ in sites.values())
-        lines = [f"allocation sites: {total / 2**20:.1f} MiB traced; top {self.top} by size:"]
+        lines = [
+            f"allocation sites: {total / 2**20:.1f} MiB traced, after collecting {unreachable} unreachable objects; "
+            f"top {self.top} by size:"
+        ]
         lines += [_row(rank, site, *sites[site], "") for rank, site in enumerate(_largest(sites, self.top), 1)]
         if self._last_at is not None:
             growth = {site: _minus(now, self._last.get(site, (0, 0))) for site, now in sites.items()}

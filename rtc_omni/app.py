@@ -14,6 +14,7 @@ from . import patches
 from .allocations import AllocationReport
 from .config import Settings
 from .engines import Engines, create_engines
+from .heap import ClosedSessionCollector, freeze_startup_heap
 from .metrics import get_metrics, watch_sessions
 from .sessions.recordings import RecordingStore
 from .sessions.registry import SessionRegistry
@@ -122,10 +123,8 @@ def create_app(settings: Settings, engines: Engines | None = None, worker: Worke
     app[ENGINES] = engines if engines is not None else Engines()
     if engines is None:
         app.on_startup.append(_start_engines)
-    if worker is None:
-        app[REGISTRY] = SessionRegistry(settings.max_sessions)
-    else:
-        app[REGISTRY] = SessionRegistry(settings.max_sessions, worker.slots, worker.session_id_prefix)
+    slots, id_prefix = (None, "") if worker is None else (worker.slots, worker.session_id_prefix)
+    app[REGISTRY] = SessionRegistry(settings.max_sessions, slots, id_prefix, ClosedSessionCollector().session_closed)
     app[RECORDINGS] = RecordingStore(settings.recording_dir, settings.max_recordings, settings.max_recording_bytes)
     watch_sessions(app[REGISTRY])
     app.router.add_get("/healthz", healthz)
@@ -167,7 +166,8 @@ async def serve(
     needs the listening socket's protocol factory.
     """
     runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT_S, access_log_class=RedactingAccessLogger)
-    await runner.setup()
+    await runner.setup()  # the engines are loaded
+    freeze_startup_heap()
     assert runner.server is not None
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

@@ -11,11 +11,13 @@ import asyncio
 import gc
 import os
 
+import av
 import pytest
 from aiortc import RTCPeerConnection
 
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
 from rtc_omni.client.rtc_peers import UnderstandClient
+from rtc_omni.signaling.peer_session import PeerSession
 
 from .conftest import RunningServer, http_json
 from .waiting import server_tasks, wait_until
@@ -79,3 +81,23 @@ async def test_many_sessions_leave_nothing_behind(server: RunningServer) -> None
     assert live_peer_connections() == 0
     growth = rss_mib() - rss
     print(f"\n{SESSIONS} sessions opened and closed: resident memory grew {growth:.1f} MiB")
+
+
+def uncollected(kind: type) -> int:
+    """Objects of `kind` the collector still tracks, garbage or not (no collection is run)."""
+    return sum(1 for obj in gc.get_objects() if isinstance(obj, kind))
+
+
+async def test_closed_sessions_and_their_codecs_are_freed_without_waiting_for_the_collector(
+    server: RunningServer,
+) -> None:
+    await one_session(server, "delete")  # warm up imports, codecs and pools before counting
+    gc.collect()
+    gc.disable()  # CPython's own pacing collects nothing now: only the server's collection after a close
+    try:
+        for ending in ["delete", "peer close", "video.done"]:
+            await one_session(server, ending)
+        # Each closed session is a web of cycles holding its decoders and talker encoder (and their threads).
+        await wait_until(lambda: uncollected(PeerSession) == 0 and uncollected(av.CodecContext) == 0, timeout=10)
+    finally:
+        gc.enable()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -31,12 +31,20 @@ def new_session_id() -> str:
 
 class SessionRegistry:
     """The sessions of this process. With --workers, `slots` counts every worker's sessions against
-    `max_sessions`, and `id_prefix` names this worker in the ids it makes."""
+    `max_sessions`, and `id_prefix` names this worker in the ids it makes; `on_removed` hears of
+    each session that ended (heap.py)."""
 
-    def __init__(self, max_sessions: int, slots: SessionSlots | None = None, id_prefix: str = "") -> None:
+    def __init__(
+        self,
+        max_sessions: int,
+        slots: SessionSlots | None = None,
+        id_prefix: str = "",
+        on_removed: Callable[[], None] | None = None,
+    ) -> None:
         self.max_sessions = max_sessions
         self.slots = slots
         self.id_prefix = id_prefix
+        self.on_removed = on_removed
         self._sessions: dict[str, LiveSession] = {}
 
     def new_session_id(self) -> str:
@@ -70,8 +78,12 @@ class SessionRegistry:
         return self._sessions.get(session_id)
 
     def remove(self, session_id: str) -> None:
-        if self._sessions.pop(session_id, None) is not None and self.slots is not None:
+        if self._sessions.pop(session_id, None) is None:
+            return
+        if self.slots is not None:
             self.slots.release()
+        if self.on_removed is not None:
+            self.on_removed()
 
     async def close_all(self) -> None:
         await asyncio.gather(*(s.close() for s in list(self._sessions.values())), return_exceptions=True)
