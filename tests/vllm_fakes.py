@@ -98,6 +98,8 @@ class FakeOmni:
 
     words: list[str]
     audio_groups: list[list[int]]  # samples per talker step, grouped as the outputs carry them
+    # Instead of words and groups: the outputs in order, a str a text delta as it is, a list an audio group.
+    script: list[str | list[int]] | None = None
     step_delay: float = 0.01
     calls: list[tuple[str, str, float]] = field(default_factory=list)  # (what, request_id, time)
     generate_kwargs: list[dict[str, Any]] = field(default_factory=list)
@@ -130,8 +132,12 @@ class FakeOmni:
             if rest:
                 events.append(rest.pop(0))
         events.extend(rest)
+        if self.script is not None:
+            events = [("text", item) if isinstance(item, str) else ("audio", item) for item in self.script]
         for kind, value in events:
             await asyncio.sleep(self.step_delay)
+            if ("abort", request_id) in [(what, rid) for what, rid, _ in self.calls]:
+                return  # AsyncOmni ends an aborted request's stream
             if self.fail_with:
                 yield FakeOutput(request_id, "text", [], error=self.fail_with)
                 return
@@ -159,9 +165,10 @@ class FakeSamplingParams:
 class FakeChat:
     """The chat service: keeps every chat request; turns per-stage dicts into parameter objects."""
 
-    def __init__(self, stage_defaults: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, stage_defaults: list[dict[str, Any]] | None = None, renders_tools: bool = True) -> None:
         self.requests: list[dict[str, Any]] = []
         self.defaults = stage_defaults or []
+        self.renders_tools = renders_tools  # Qwen3-Omni's template does; Qwen2.5-Omni's does not
 
     def stage_defaults(self) -> list[dict[str, Any]]:
         return self.defaults
@@ -172,7 +179,8 @@ class FakeChat:
 
     def sampling_params(self, per_stage: list[dict[str, Any]]) -> list[Any]:
         for values in per_stage:
-            unknown = set(values) - {"temperature", "top_k", "top_p", "max_tokens", "repetition_penalty"}
+            known = {"temperature", "top_k", "top_p", "max_tokens", "repetition_penalty", "structured_outputs"}
+            unknown = set(values) - known
             if unknown:
                 raise TypeError(f"SamplingParams got unexpected keyword arguments {sorted(unknown)}")
         return [FakeSamplingParams(dict(values)) for values in per_stage]
