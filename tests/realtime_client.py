@@ -57,6 +57,19 @@ class Realtime:
             if event["type"] == event_type:
                 return seen
 
+    async def until_quiet(self, seconds: float) -> list[dict[str, Any]]:
+        """Events until none arrives for `seconds`: for what must not happen."""
+        seen = []
+        while True:
+            try:
+                async with asyncio.timeout(seconds):
+                    raw = await self.connection.recv_bytes()
+            except TimeoutError:
+                return seen
+            event = SERVER_EVENT.validate_json(raw).model_dump(mode="json", exclude_unset=True)
+            self.events.append(event)
+            seen.append(event)
+
     async def respond(self, **response: Any) -> list[dict[str, Any]]:
         await self.send({"type": "response.create", **({"response": response} if response else {})})
         return await self.until("response.done")

@@ -206,8 +206,9 @@ def chosen_call(turn: UnderstandTurn) -> tuple[FunctionTool, str] | None:
 
 
 def tool_report(turn: UnderstandTurn) -> str | None:
-    """ "The tool get_weather returned 22C.": the answer to a turn whose input is a tool's output."""
-    if turn.query or turn.audio_pcm16 or not turn.history or turn.history[-1].get("role") != "tool":
+    """How an answer starts when a tool's output is the last thing before the user's input, if any:
+    "The tool get_weather returned 22C."."""
+    if not turn.history or turn.history[-1].get("role") != "tool":
         return None
     result = turn.history[-1]
     names = {call["id"]: call["function"]["name"] for past in turn.history for call in past.get("tool_calls", [])}
@@ -330,10 +331,11 @@ class SyntheticEngine:
         return timeline
 
     async def _answer_timeline(self, turn: UnderstandTurn) -> Timeline:
-        answer = tool_report(turn)
-        if answer is None:
-            analysis = await asyncio.to_thread(analyse, turn)
-            answer = analysis.describe()
+        report = tool_report(turn)
+        said = [report] if report is not None else []
+        if report is None or turn.query or turn.audio_pcm16:  # the user's input is answered too
+            said.append((await asyncio.to_thread(analyse, turn)).describe())
+        answer = " ".join(said)
         words = answer.split(" ")
         # Text timeline: one word per token after the time to first token.
         timeline: Timeline = [

@@ -15,7 +15,17 @@ import re
 import uuid
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .codec import NestedTooDeep, Refusal, ServerEvent, TypedMessage, UnknownMessage, load_json, message_parser
 from .validation import describe_validation_error, field_path, quoted, shortened
@@ -26,6 +36,15 @@ MAX_ITEM_ID_CHARS = 64
 MAX_CONTENT_PARTS = 32
 MAX_INSTRUCTIONS_CHARS = 64 * 1024
 MAX_EVENT_ID_CHARS = 512
+MAX_TOOLS = 128
+MAX_TOOL_NAME_CHARS = 64
+MAX_TOOL_DESCRIPTION_CHARS = 16 * 1024
+MAX_FUNCTION_TEXT_CHARS = 512 * 1024  # a call's arguments or a tool's output, as text
+MAX_CALL_ID_CHARS = 64
+MAX_RESPONSE_INPUT_ITEMS = 64
+MAX_METADATA_PAIRS = 16
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 512
 # The session's fields other than `instructions`, as JSON: room for what the SDK and agent frameworks
 # pass through (tools with their schemas, tracing, prompt, voice), which is kept and reported back.
 MAX_SESSION_PASS_THROUGH_BYTES = 256 * 1024
@@ -52,6 +71,21 @@ TRANSCRIPTION_UNAVAILABLE = (
 )
 TRANSCRIPTION_BACKLOG = "Input transcription is behind: too many committed audio items are waiting"
 OUTPUT_AUDIO_CLEAR_WEBRTC_ONLY = "output_audio_buffer.clear is for WebRTC calls; over WebSocket send response.cancel"
+TOOLS_UNAVAILABLE = (
+    "Function calling is not available with this server's engine (a remote vLLM-Omni upstream takes "
+    "no tools): session.tools is empty, and responses call nothing"
+)
+PARALLEL_RESPONSES = "Too many out-of-band responses in progress at once"
+
+
+CALL_UNKNOWN = "No function_call with call_id '{call_id}' in the conversation"
+CALL_ANSWERED = "The function_call with call_id '{call_id}' already has an output"
+CALL_EXISTS = "A function_call with call_id '{call_id}' is already in the conversation"
+
+
+def about_call(problem: str, call_id: str) -> str:
+    """CALL_UNKNOWN, CALL_ANSWERED or CALL_EXISTS about the client's `call_id`, shortened."""
+    return problem.format(call_id=shortened(call_id))
 
 
 def new_id(prefix: str) -> str:
@@ -148,6 +182,56 @@ class AudioConfig(Known):
     output: AudioOutputConfig = Field(default_factory=AudioOutputConfig)
 
 
+_TOOL_NAME = r"^[A-Za-z0-9_-]+$"
+
+
+class FunctionToolIn(Known):
+    """A function the model may call, as `session.tools` / `response.tools` declare it."""
+
+    type: Literal["function"] = "function"
+    name: str = Field(min_length=1, max_length=MAX_TOOL_NAME_CHARS, pattern=_TOOL_NAME)
+    description: str = Field("", max_length=MAX_TOOL_DESCRIPTION_CHARS)
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    @field_validator("parameters")
+    @classmethod
+    def _object_schema(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """A JSON Schema of the arguments object: the model's answer is one JSON object."""
+        if value.get("type", "object") != "object":
+            raise ValueError("must be a JSON Schema with type 'object' (a call's arguments are one JSON object)")
+        if not isinstance(value.get("properties", {}), dict):
+            raise ValueError("'properties' must be an object of JSON Schemas")
+        required = value.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
+            raise ValueError("'required' must be a list of property names")
+        return value
+
+
+class ToolChoiceFunction(Known):
+    type: Literal["function"]
+    name: str = Field(min_length=1, max_length=MAX_TOOL_NAME_CHARS)
+
+
+def _distinct_names(tools: list[FunctionToolIn] | None) -> list[FunctionToolIn] | None:
+    if tools is not None and len({tool.name for tool in tools}) != len(tools):
+        raise ValueError("tools must have different names")
+    return tools
+
+
+ToolChoiceIn = Literal["auto", "none", "required"] | ToolChoiceFunction
+Tools = Annotated[list[FunctionToolIn], Field(max_length=MAX_TOOLS), AfterValidator(_distinct_names)]
+
+
+def choice_problem(tools: list[FunctionToolIn], choice: ToolChoiceIn) -> str | None:
+    """Why `choice` cannot be made among `tools`: a named tool must be one of them, and `required`
+    needs one to call."""
+    if isinstance(choice, ToolChoiceFunction) and choice.name not in {tool.name for tool in tools}:
+        return f"names {quoted(choice.name)}, which is not among the tools"
+    if choice == "required" and not tools:
+        return "'required' needs at least one tool"
+    return None
+
+
 Modality = Literal["text", "audio"]
 Modalities = Annotated[list[Modality], Field(min_length=1, max_length=1)]
 
@@ -169,10 +253,18 @@ class SessionConfig(Known):
     parallel_tool_calls: PassedThrough = None
     prompt: PassedThrough = None
     reasoning: PassedThrough = None
-    tool_choice: PassedThrough = None
-    tools: PassedThrough = None
+    tools: Tools = Field(default_factory=list)
+    tool_choice: ToolChoiceIn = "auto"  # after tools: it is checked against them
     tracing: PassedThrough = None
     truncation: PassedThrough = None
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _choice_fits(cls, choice: ToolChoiceIn, info: ValidationInfo) -> ToolChoiceIn:
+        problem = choice_problem(info.data.get("tools", []), choice)
+        if problem is not None:
+            raise ValueError(problem)
+        return choice
 
     @model_validator(mode="after")
     def _bounded(self) -> SessionConfig:
@@ -264,24 +356,67 @@ _PARTS_BY_ROLE = {
 }
 
 
-class ItemIn(BaseModel):
-    """A message item the client creates."""
-
+class ItemInBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["message"]
-    role: Role
-    content: list[ContentPart] = Field(min_length=1, max_length=MAX_CONTENT_PARTS)
     id: str | None = Field(None, min_length=1, max_length=MAX_ITEM_ID_CHARS)
     object: Literal["realtime.item"] | None = None
     status: ItemStatus | None = None
 
+
+class MessageIn(ItemInBase):
+    """A message item the client creates."""
+
+    type: Literal["message"]
+    role: Role
+    content: list[ContentPart] = Field(min_length=1, max_length=MAX_CONTENT_PARTS)
+
     @model_validator(mode="after")
-    def _parts_fit_role(self) -> ItemIn:
+    def _parts_fit_role(self) -> MessageIn:
         wrong = [p.type for p in self.content if p.type not in _PARTS_BY_ROLE[self.role]]
         if wrong:
             raise ValueError(f"a {self.role} message cannot hold {', '.join(wrong)} parts")
         return self
+
+
+CallId = Annotated[str, Field(min_length=1, max_length=MAX_CALL_ID_CHARS)]
+FunctionText = Annotated[StrictStr, Field(max_length=MAX_FUNCTION_TEXT_CHARS)]
+
+
+class FunctionCallIn(ItemInBase):
+    """A call the model made, replayed into the conversation as history."""
+
+    type: Literal["function_call"]
+    call_id: CallId | None = None
+    name: str = Field(min_length=1, max_length=MAX_TOOL_NAME_CHARS)
+    arguments: FunctionText = ""
+
+
+class FunctionCallOutputIn(ItemInBase):
+    """What the app's tool returned for a call."""
+
+    type: Literal["function_call_output"]
+    call_id: CallId
+    output: FunctionText
+
+
+class ItemReference(BaseModel):
+    """An item of the conversation, named in a response's `input`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["item_reference"]
+    id: str = Field(min_length=1, max_length=MAX_ITEM_ID_CHARS)
+
+
+ItemIn = Annotated[MessageIn | FunctionCallIn | FunctionCallOutputIn, Field(discriminator="type")]
+InputItem = Annotated[MessageIn | FunctionCallIn | FunctionCallOutputIn | ItemReference, Field(discriminator="type")]
+ITEM_TAGS = frozenset({"message", "function_call", "function_call_output", "item_reference"})
+
+
+def without_tags(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """A field's location without the item-type tags pydantic puts in a discriminated union's path."""
+    return tuple(part for part in loc if part not in ITEM_TAGS)
 
 
 # ----------------------------------------------------------------------------- client events
@@ -346,9 +481,31 @@ class ItemTruncate(ClientEvent):
     audio_end_ms: int = Field(ge=0)
 
 
+def _metadata_bounded(value: dict[str, str] | None) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if len(value) > MAX_METADATA_PAIRS:
+        raise ValueError(f"at most {MAX_METADATA_PAIRS} key-value pairs")
+    for key, text in value.items():
+        if len(key) > MAX_METADATA_KEY_CHARS or len(text) > MAX_METADATA_VALUE_CHARS:
+            raise ValueError(f"keys are at most {MAX_METADATA_KEY_CHARS} characters, values {MAX_METADATA_VALUE_CHARS}")
+    return value
+
+
+Metadata = Annotated[dict[str, StrictStr] | None, AfterValidator(_metadata_bounded)]
+
+
 class ResponseParams(Known):
+    """`response.create`'s response: what differs from the session for this response only.
+    `conversation: "none"` makes it out-of-band; `input` replaces the conversation as its context."""
+
     instructions: str | None = Field(None, max_length=MAX_INSTRUCTIONS_CHARS)
     output_modalities: Modalities | None = None
+    tools: Tools | None = None
+    tool_choice: ToolChoiceIn | None = None
+    conversation: Literal["auto", "none"] = "auto"
+    input: Annotated[list[InputItem], Field(max_length=MAX_RESPONSE_INPUT_ITEMS)] | None = None
+    metadata: Metadata = None
 
 
 class ResponseCreate(ClientEvent):
@@ -410,13 +567,17 @@ def decode(raw: str) -> ClientMessage | InvalidEvent | Refusal:
         message = _PARSER.validate_python(value)
     except ValidationError as exc:
         first = exc.errors()[0]
-        param = field_path(first["loc"][1:]) or None  # [0] is the union's tag
+        param = field_path(without_tags(first["loc"][1:])) or None  # [0] is the union's tag
         tag = f"{value.get('type')}."
-        text = describe_validation_error(exc, lambda field: field.removeprefix(tag))
+        text = describe_validation_error(exc, lambda field: _untagged(field.removeprefix(tag)))
         return InvalidEvent(type=value.get("type"), event_id=event_id, message=text, param=param)
     if isinstance(message, UnknownMessage):
         return InvalidEvent(type=message.type, event_id=event_id, message=unknown_event(message.type), param="type")
     return message  # type: ignore[no-any-return]
+
+
+def _untagged(field: str) -> str:
+    return ".".join(part for part in field.split(".") if part not in ITEM_TAGS)
 
 
 # ----------------------------------------------------------------------------- server events
@@ -451,7 +612,7 @@ class ImageContent(BaseModel):
 ItemContent = TextContent | AudioContent | ImageContent
 
 
-class ItemOut(BaseModel):
+class MessageOut(BaseModel):
     """A message item as the server reports it (OpenAI's RealtimeConversationItem)."""
 
     id: str
@@ -460,6 +621,28 @@ class ItemOut(BaseModel):
     role: Role
     status: ItemStatus
     content: list[ItemContent]
+
+
+class FunctionCallOut(BaseModel):
+    id: str
+    object: Literal["realtime.item"] = "realtime.item"
+    type: Literal["function_call"] = "function_call"
+    status: ItemStatus
+    call_id: str
+    name: str
+    arguments: str
+
+
+class FunctionCallOutputOut(BaseModel):
+    id: str
+    object: Literal["realtime.item"] = "realtime.item"
+    type: Literal["function_call_output"] = "function_call_output"
+    status: ItemStatus
+    call_id: str
+    output: str
+
+
+ItemOut = MessageOut | FunctionCallOut | FunctionCallOutputOut
 
 
 class TextPart(BaseModel):
@@ -529,7 +712,8 @@ class ResponseOut(BaseModel):
     status_details: CancelledDetails | FailedDetails | None = None
     output: list[ItemOut]
     output_modalities: list[Literal["text", "audio"]]
-    conversation_id: None = None
+    conversation_id: str | None = None  # None: out-of-band
+    metadata: dict[str, str] | None = None
     usage: ResponseUsage | None = None
 
 
@@ -724,3 +908,25 @@ class TranscriptDelta(PartEvent):
 class TranscriptDone(PartEvent):
     type: ClassVar[str] = "response.output_audio_transcript.done"
     transcript: str
+
+
+class CallEvent(RealtimeEvent):
+    """Fields every event about one function_call item of a response carries."""
+
+    response_id: str
+    item_id: str
+    output_index: int
+    call_id: str
+
+
+class ArgumentsDelta(CallEvent):
+    type: ClassVar[str] = "response.function_call_arguments.delta"
+    delta: str
+
+
+class ArgumentsDone(CallEvent):
+    """Sent when a call's arguments are complete, and when its response ends before they are."""
+
+    type: ClassVar[str] = "response.function_call_arguments.done"
+    name: str
+    arguments: str

@@ -17,7 +17,17 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from .. import metrics
-from ..engines.engine import AudioChunk, ContextLost, EngineError, TextDelta, UnderstandEngine, UnderstandTurn, Usage
+from ..engines.engine import (
+    AudioChunk,
+    ContextLost,
+    EngineError,
+    FunctionArguments,
+    FunctionCallStarted,
+    TextDelta,
+    UnderstandEngine,
+    UnderstandTurn,
+    Usage,
+)
 from ..pcm import float_to_pcm16
 from ..protocol.validation import error_text
 from .engine_stream import stall_bounded
@@ -45,6 +55,9 @@ class AnswerEvents(Protocol):
 
     def on_audio(self, answer: Answer, pcm16: bytes, first: bool) -> None:
         """24 kHz PCM16, before the talker has it."""
+
+    def on_function_call(self, answer: Answer, output: FunctionCallStarted | FunctionArguments) -> None:
+        """A call starts, or its arguments go on; only turns that offered tools bring these."""
 
     def on_context_lost(self, answer: Answer, reason: str) -> None: ...
 
@@ -162,6 +175,8 @@ class Answer:
                 if self.talker is not None and pcm16:
                     self.speaking = True
                     await self.talker.write(pcm16)
+            elif isinstance(output, FunctionCallStarted | FunctionArguments):
+                self._events.on_function_call(self, output)
             elif isinstance(output, ContextLost):
                 self._events.on_context_lost(self, output.reason)
             elif isinstance(output, Usage):

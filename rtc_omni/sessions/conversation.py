@@ -1,10 +1,12 @@
 """A realtime conversation: a bounded, ordered list of message items with ids.
 
-Items hold what the model is given: text, transcripts, 16 kHz input audio and pinned images.
+Items hold what the model is given: text, transcripts, 16 kHz input audio, pinned images, and
+function calls with their outputs.
 The list is bounded in count and in the bytes its items hold (text as much as media); past either
 bound the oldest items are dropped (the model's context forgets them first, as OpenAI's truncation
 does). Each response is computed from `context()`: the trailing user items are its input,
-everything before them its history.
+everything before them its history. An out-of-band response with its own `input` is computed the
+same way from those items (`context_of`).
 """
 
 from __future__ import annotations
@@ -12,14 +14,17 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..protocol.realtime_events import (
     AudioContent,
+    FunctionCallOut,
+    FunctionCallOutputOut,
     ImageContent,
     ItemContent,
     ItemOut,
     ItemStatus,
+    MessageOut,
     PartType,
     Role,
     TextContent,
@@ -62,19 +67,44 @@ class Part:
         return ImageContent()
 
 
+ItemType = Literal["message", "function_call", "function_call_output"]
+
+
 @dataclass
 class Item:
+    """A message (`role`, `parts`), a function call (`call_id`, `name`, `arguments`) or a call's
+    output (`call_id`, `output`). A function_call is the assistant's and its output the tool's:
+    neither is user input."""
+
     id: str
-    role: Role
+    role: Role = "assistant"
     parts: list[Part] = field(default_factory=list)
     status: ItemStatus = "completed"
+    type: ItemType = "message"
+    call_id: str = ""
+    name: str = ""
+    arguments: str = ""
+    output: str = ""
 
     @property
     def held_bytes(self) -> int:
-        return sum(part.held_bytes for part in self.parts)
+        text = sum(sys.getsizeof(words) for words in (self.arguments, self.output) if words)
+        return sum(part.held_bytes for part in self.parts) + text
+
+    @property
+    def is_user_input(self) -> bool:
+        return self.type == "message" and self.role == "user"
 
     def to_wire(self) -> ItemOut:
-        return ItemOut(id=self.id, role=self.role, status=self.status, content=[part.to_wire() for part in self.parts])
+        if self.type == "function_call":
+            return FunctionCallOut(
+                id=self.id, status=self.status, call_id=self.call_id, name=self.name, arguments=self.arguments
+            )
+        if self.type == "function_call_output":
+            return FunctionCallOutputOut(id=self.id, status=self.status, call_id=self.call_id, output=self.output)
+        return MessageOut(
+            id=self.id, role=self.role, status=self.status, content=[part.to_wire() for part in self.parts]
+        )
 
 
 @dataclass(frozen=True)
@@ -102,6 +132,10 @@ class Conversation:
     def get(self, item_id: str) -> Item | None:
         return next((item for item in self._items if item.id == item_id), None)
 
+    def call(self, call_id: str, item_type: ItemType = "function_call") -> Item | None:
+        """The conversation's function_call (or function_call_output) item with `call_id`."""
+        return next((item for item in self._items if item.type == item_type and item.call_id == call_id), None)
+
     def insert(self, item: Item, previous_item_id: str | None = None) -> str | None:
         """Add `item` after `previous_item_id` (None: at the end, ROOT: at the start); returns the id
         it follows. KeyError when `previous_item_id` is not in the conversation."""
@@ -116,6 +150,10 @@ class Conversation:
             at = self._items.index(previous) + 1
         self._items.insert(at, item)
         self._bound(keep=item)
+        return self.previous_id(item)
+
+    def previous_id(self, item: Item) -> str | None:
+        """The id of the item before `item` (None at the start)."""
         position = self._items.index(item)
         return self._items[position - 1].id if position > 0 else None
 
@@ -139,17 +177,48 @@ class Conversation:
             self._items.remove(next(i for i in self._items if i is not keep))
 
     def context(self) -> Context:
-        """The trailing user items as the input, everything before as history, newest images."""
-        split = len(self._items)
-        while split > 0 and self._items[split - 1].role == "user":
-            split -= 1
-        earlier, current = self._items[:split], self._items[split:]
-        history = [{"role": item.role, "content": " ".join(p.words for p in item.parts if p.words)} for item in earlier]
-        parts = [part for item in current for part in item.parts]
-        images = [part.image for item in self._items for part in item.parts if part.image is not None]
-        return Context(
-            history=history,
-            query=" ".join(p.text for p in parts if p.type == "input_text" and p.text),
-            audio=b"".join(p.audio for p in parts),
-            images=images[-MAX_TURN_IMAGES:],
-        )
+        return context_of(self._items)
+
+
+def context_of(items: list[Item]) -> Context:
+    """The user's messages since the model last spoke or called as the input, everything else as
+    history in order, the newest images.
+
+    A call's output does not end the user's turn: what the user said while the tool ran is their
+    input, and the output is history before it."""
+    split = len(items)
+    while split > 0 and (items[split - 1].is_user_input or items[split - 1].type == "function_call_output"):
+        split -= 1
+    current = [item for item in items[split:] if item.is_user_input]
+    earlier = items[:split] + [item for item in items[split:] if not item.is_user_input]
+    parts = [part for item in current for part in item.parts]
+    images = [part.image for item in items for part in item.parts if part.image is not None]
+    return Context(
+        history=chat_history(earlier),
+        query=" ".join(p.text for p in parts if p.type == "input_text" and p.text),
+        audio=b"".join(p.audio for p in parts),
+        images=images[-MAX_TURN_IMAGES:],
+    )
+
+
+def chat_history(items: list[Item]) -> list[dict[str, Any]]:
+    """Items as chat-completions messages: a call joins the assistant message before it (one turn
+    that spoke and then called), a call's output is a `tool` message."""
+    history: list[dict[str, Any]] = []
+    for item in items:
+        if item.type == "function_call":
+            call = {
+                "id": item.call_id,
+                "type": "function",
+                "function": {"name": item.name, "arguments": item.arguments},
+            }
+            last = history[-1] if history else None
+            if last is None or last["role"] != "assistant":
+                last = {"role": "assistant", "content": ""}
+                history.append(last)
+            last.setdefault("tool_calls", []).append(call)
+        elif item.type == "function_call_output":
+            history.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
+        else:
+            history.append({"role": item.role, "content": " ".join(p.words for p in item.parts if p.words)})
+    return history

@@ -6,15 +6,17 @@ conversation is a list of addressable items (sessions/conversation.py), a respon
 items as history. It shares the skeleton's inbox, loop, clocks and close, and with understanding
 sessions the spoken answer (answer.py), the listening path (listening.py) and the camera path
 (camera.py); the understanding engine answers both.
-Events follow OpenAI's order: response.created, output_item.added, conversation.item.added,
-content_part.added, the deltas, then the .done events from the innermost out, response.done last.
+A response's events and output items are realtime_response.py's; this module decides when
+responses run: one at a time in the conversation (a second asked for while the first only plays
+out waits for it, so a tool's result never cuts into speech), out-of-band ones beside it, and no
+automatic response while a tool call waits for its output.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
+import time
 from collections import Counter
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -26,11 +28,16 @@ from pydantic import ValidationError
 
 from ..engines.engine import (
     EngineError,
+    ForcedTool,
+    FunctionArguments,
+    FunctionCallStarted,
+    FunctionTool,
+    ToolChoice,
     Transcriber,
     TurnFrame,
     UnderstandEngine,
     UnderstandTurn,
-    Usage,
+    calls_tools,
     transcriber_of,
 )
 from ..media.images import open_image
@@ -39,13 +46,14 @@ from ..media.vad import SpeechStarted, SpeechStopped
 from ..pcm import INPUT_BYTES_PER_MS, INPUT_SAMPLE_RATE, TALKER_SAMPLE_RATE, pcm16_ms
 from ..protocol import realtime_events as proto
 from ..protocol.codec import Refusal
-from ..protocol.validation import describe_validation_error
+from ..protocol.validation import describe_validation_error, field_path
 from .answer import Answer, Failure, Outcome
 from .camera import Camera, engine_frames
-from .conversation import MAX_TURN_IMAGES, Conversation, Item, Part
+from .conversation import MAX_TURN_IMAGES, Context, Conversation, Item, Part, context_of
 from .inbox import WorkItem
 from .listening import Heard, Listening
 from .outputs import Talker
+from .realtime_response import CancelReason, EndStatus, RealtimeResponse
 from .session import Session
 from .turn_taking import TurnTakingEvent, VadSettings
 
@@ -56,24 +64,22 @@ logger = logging.getLogger(__name__)
 
 CAMERA_SAMPLE_FPS = 2.0  # a WebRTC camera, sampled as understanding sessions sample theirs
 MAX_PENDING_TRANSCRIPTIONS = 4  # committed audio items waiting for the recogniser; more fail at once
+MAX_OUT_OF_BAND_RESPONSES = 4  # out-of-band responses running beside the conversation's at once
+# How long a function call's output is waited for before the user's speech gets its automatic
+# response anyway: an app that never answers a call must not leave the assistant silent for good.
+TOOL_OUTPUT_WAIT_S = 30.0
 
 SessionState = Literal["active", "closed"]
-ResponseStatus = Literal["in_progress", "completed", "cancelled", "failed"]
-EndStatus = Literal["completed", "cancelled", "failed"]
-CancelReason = Literal["client_cancelled", "turn_detected"]
 
 
-@dataclass
-class _Response:
-    answer: Answer
-    item: Item
-    part: Part
-    modality: Literal["text", "audio"]
-    cancel_reason: CancelReason = "client_cancelled"
+@dataclass(frozen=True)
+class _Deferred(WorkItem):
+    """A response asked for while the conversation's last one was still playing out: queued for
+    the loop when that one ends."""
 
-    @property
-    def id(self) -> str:
-        return self.answer.request_id
+    params: proto.ResponseParams
+    event_id: str | None
+    name = "deferred response"
 
 
 def _input_stream() -> PcmStream:
@@ -86,24 +92,12 @@ def _audio_ms(part: Part) -> float:
     return pcm16_ms(part.audio, TALKER_SAMPLE_RATE)
 
 
-def usage_wire(usage: Usage | None) -> proto.ResponseUsage | None:
-    """The engine's count in the shape of OpenAI's RealtimeResponseUsage (what it does not count, null)."""
-    if usage is None:
-        return None
-    return proto.ResponseUsage(
-        total_tokens=usage.input_tokens + usage.output_tokens,
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        input_token_details=proto.InputTokenDetails(
-            text_tokens=usage.input_text_tokens,
-            audio_tokens=usage.input_audio_tokens,
-            image_tokens=usage.input_image_tokens,
-            cached_tokens=usage.input_cached_tokens,
-        ),
-        output_token_details=proto.OutputTokenDetails(
-            text_tokens=usage.output_text_tokens, audio_tokens=usage.output_audio_tokens
-        ),
-    )
+def engine_tools(tools: list[proto.FunctionToolIn]) -> tuple[FunctionTool, ...]:
+    return tuple(FunctionTool(tool.name, tool.description, tool.parameters) for tool in tools)
+
+
+def engine_choice(choice: proto.ToolChoiceIn) -> ToolChoice:
+    return ForcedTool(choice.name) if isinstance(choice, proto.ToolChoiceFunction) else choice
 
 
 @dataclass(kw_only=True)
@@ -128,11 +122,16 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         self.config, self._transcription_refused = self._honour_transcription(
             proto.SessionConfig().updated(self.initial_config or {})
         )
+        self.config, self._tools_refused = self._honour_tools(self.config)
         self._conversation = Conversation()
         self._listening = Listening(self._queue_work)
         self._detect(self.config.audio.input.turn_detection)
         self._input = _input_stream()
-        self._response: _Response | None = None
+        self._response: RealtimeResponse | None = None  # the conversation's, at most one
+        self._out_of_band: dict[str, RealtimeResponse] = {}
+        self._deferred: _Deferred | None = None
+        self._awaiting: dict[str, float] = {}  # call_id -> when the call was made, until its output comes
+        self._conversation_id = proto.new_id("conv")
         self._speech_item_id = ""  # the user item the current speech segment will become
         self._camera = Camera(MAX_TURN_IMAGES)  # the newest sampled camera frames go with each response
         self._camera.filter_track(True)
@@ -142,14 +141,19 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         self._emit(proto.SessionCreated(session=self.config.to_wire()))
         if self._transcription_refused:
             self._transcription_unavailable(event_id=None)
+        if self._tools_refused:
+            self._tools_unavailable("session.tools", event_id=None)
         super().start()
 
     # ----------------------------------------------------------------- lifecycle
 
     async def _stop_work(self) -> None:
         self.state = "closed"
-        response, self._response = self._response, None
-        if response is not None:
+        self._deferred = None
+        responses = [*self._out_of_band.values(), *([self._response] if self._response is not None else [])]
+        self._response = None
+        self._out_of_band.clear()
+        for response in responses:
             await response.answer.interrupt()
 
     async def _release(self) -> None:
@@ -174,7 +178,8 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
 
     async def _check_clocks(self, now: float) -> bool:
         """Idle: no client event or media for --idle-timeout while no response is running."""
-        if self._response is None and now - self._last_activity > self.settings.idle_timeout:
+        running = self._response is not None or self._out_of_band
+        if not running and now - self._last_activity > self.settings.idle_timeout:
             self._error(proto.IDLE_TIMEOUT, code="idle_timeout")
             self._close_soon()
             return True
@@ -225,9 +230,12 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             config = self.config.updated(message.session)
         except ValidationError as exc:
             text = f"Invalid session: {describe_validation_error(exc)}"
-            self._error(text, code="invalid_value", event_id=message.event_id, param="session")
+            loc = proto.without_tags(exc.errors()[0]["loc"])
+            param = ".".join(["session", field_path(loc)]) if loc else "session"
+            self._error(text, code="invalid_value", event_id=message.event_id, param=param)
             return
         config, refused = self._honour_transcription(config)
+        config, tools_refused = self._honour_tools(config)
         detection = config.audio.input.turn_detection
         if detection != self.config.audio.input.turn_detection:
             self._detect(detection)
@@ -235,12 +243,23 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         self._emit(proto.SessionUpdated(session=config.to_wire()))
         if refused:
             self._transcription_unavailable(message.event_id)
+        if tools_refused:
+            self._tools_unavailable("session.tools", message.event_id)
 
     def _honour_transcription(self, config: proto.SessionConfig) -> tuple[proto.SessionConfig, bool]:
         """Without a recogniser, asked-for transcription is reported off (null); True when so refused."""
         if config.audio.input.transcription is None or self._transcriber is not None:
             return config, False
         return config.updated({"audio": {"input": {"transcription": None}}}), True
+
+    def _honour_tools(self, config: proto.SessionConfig) -> tuple[proto.SessionConfig, bool]:
+        """An engine that calls no tools gets none: they are reported empty; True when so refused."""
+        if not config.tools or calls_tools(self.engine):
+            return config, False
+        return config.updated({"tools": [], "tool_choice": "auto"}), True
+
+    def _tools_unavailable(self, param: str, event_id: str | None) -> None:
+        self._error(proto.TOOLS_UNAVAILABLE, code="tools_unavailable", event_id=event_id, param=param)
 
     def _transcription_unavailable(self, event_id: str | None) -> None:
         self._error(
@@ -269,6 +288,8 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
     async def _do(self, work: WorkItem) -> None:
         if isinstance(work, Heard):
             await self._on_heard(work.event)
+        elif isinstance(work, _Deferred):
+            await self._create_response(work.params, work.event_id)
         else:
             await super()._do(work)
 
@@ -290,8 +311,15 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         if utterance is None:
             return
         self._commit(utterance, item_id)
-        if detection.create_response and self._response is None:
+        if detection.create_response and self._response is None and not self._tool_running():
             await self._create_response(proto.ResponseParams(), event_id=None)
+
+    def _tool_running(self) -> bool:
+        """A call of the conversation's waits for its output (not longer than TOOL_OUTPUT_WAIT_S):
+        the app's response.create after the output answers the user's speech too."""
+        now = time.monotonic()
+        self._awaiting = {call: made for call, made in self._awaiting.items() if now - made < TOOL_OUTPUT_WAIT_S}
+        return bool(self._awaiting)
 
     def _commit_audio(self, message: proto.AudioCommit) -> None:
         self._listening.audio.append(self._input.flush())
@@ -367,26 +395,11 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         if item_in.id is not None and self._conversation.get(item_in.id) is not None:
             self._error(proto.item_exists(item_in.id), code="invalid_value", event_id=message.event_id)
             return
-        parts: list[Part] = []
-        for index, part in enumerate(item_in.content):
-            stored = Part(type=part.type, text=part.text, transcript=part.transcript)
-            if part.audio is not None and part.type == "input_audio":
-                stored.audio = await asyncio.to_thread(convert, part.audio, proto.PCM_RATE, INPUT_SAMPLE_RATE)
-            if part.image_url is not None:
-                try:
-                    await asyncio.to_thread(open_image, part.image_url, self.settings.max_image_pixels)
-                except (OSError, ValueError, Image.DecompressionBombError) as exc:
-                    param = f"item.content.{index}.image_url"
-                    self._error(
-                        f"The image could not be used: {exc}",
-                        code="invalid_value",
-                        event_id=message.event_id,
-                        param=param,
-                    )
-                    return
-                stored.image = part.image_url
-            parts.append(stored)
-        item = Item(id=item_in.id or proto.new_id("item"), role=item_in.role, parts=parts)
+        if not self._call_fits(item_in, message.event_id):
+            return
+        item = await self._stored(item_in, message.event_id, "item")
+        if item is None:
+            return
         try:
             previous = self._conversation.insert(item, message.previous_item_id)
         except KeyError:
@@ -397,7 +410,62 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
                 param="previous_item_id",
             )
             return
+        if item.type == "function_call_output":
+            self._awaiting.pop(item.call_id, None)
         self._announce(item, previous)
+
+    def _call_fits(self, item_in: proto.ItemIn, event_id: str | None) -> bool:
+        """A call's id is new to the conversation; an output answers a call of it, once."""
+        if isinstance(item_in, proto.FunctionCallIn) and item_in.call_id is not None:
+            if self._conversation.call(item_in.call_id) is not None:
+                self._error(
+                    proto.about_call(proto.CALL_EXISTS, item_in.call_id),
+                    code="invalid_value",
+                    event_id=event_id,
+                    param="item.call_id",
+                )
+                return False
+        if isinstance(item_in, proto.FunctionCallOutputIn):
+            problem = None
+            if self._conversation.call(item_in.call_id) is None:
+                problem = proto.about_call(proto.CALL_UNKNOWN, item_in.call_id)
+            elif self._conversation.call(item_in.call_id, "function_call_output") is not None:
+                problem = proto.about_call(proto.CALL_ANSWERED, item_in.call_id)
+            if problem is not None:
+                self._error(problem, code="invalid_value", event_id=event_id, param="item.call_id")
+                return False
+        return True
+
+    async def _stored(self, item_in: proto.ItemIn, event_id: str | None, param: str) -> Item | None:
+        """A client's item as the conversation keeps it: audio at 16 kHz, images checked (an error
+        naming `param`'s part and None when one cannot be used)."""
+        item_id = item_in.id or proto.new_id("item")
+        if isinstance(item_in, proto.FunctionCallIn):
+            call_id = item_in.call_id or proto.new_id("call")
+            return Item(
+                id=item_id, type="function_call", call_id=call_id, name=item_in.name, arguments=item_in.arguments
+            )
+        if isinstance(item_in, proto.FunctionCallOutputIn):
+            return Item(id=item_id, type="function_call_output", call_id=item_in.call_id, output=item_in.output)
+        parts: list[Part] = []
+        for index, part in enumerate(item_in.content):
+            stored = Part(type=part.type, text=part.text, transcript=part.transcript)
+            if part.audio is not None and part.type == "input_audio":
+                stored.audio = await asyncio.to_thread(convert, part.audio, proto.PCM_RATE, INPUT_SAMPLE_RATE)
+            if part.image_url is not None:
+                try:
+                    await asyncio.to_thread(open_image, part.image_url, self.settings.max_image_pixels)
+                except (OSError, ValueError, Image.DecompressionBombError) as exc:
+                    self._error(
+                        f"The image could not be used: {exc}",
+                        code="invalid_value",
+                        event_id=event_id,
+                        param=f"{param}.content.{index}.image_url",
+                    )
+                    return None
+                stored.image = part.image_url
+            parts.append(stored)
+        return Item(id=item_id, role=item_in.role, parts=parts)
 
     def _item(self, item_id: str, event_id: str | None) -> Item | None:
         item = self._conversation.get(item_id)
@@ -447,26 +515,49 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
     # ----------------------------------------------------------------- responses
 
     async def _create_response(self, params: proto.ResponseParams, event_id: str | None) -> None:
-        if self._response is not None:
-            self._error(proto.ACTIVE_RESPONSE, code="conversation_already_has_active_response", event_id=event_id)
+        out_of_band = params.conversation == "none"
+        if not out_of_band and self._response is not None:
+            if self._response.answer.engine_finished and self._deferred is None:
+                self._deferred = _Deferred(params, event_id)  # it starts once the speech has played out
+            else:
+                self._error(proto.ACTIVE_RESPONSE, code="conversation_already_has_active_response", event_id=event_id)
+            return
+        if out_of_band and len(self._out_of_band) >= MAX_OUT_OF_BAND_RESPONSES:
+            self._error(proto.PARALLEL_RESPONSES, code="rate_limit_exceeded", event_id=event_id)
+            return
+        context = self._conversation.context() if params.input is None else await self._input_context(params, event_id)
+        if context is None:
             return
         modality = (params.output_modalities or self.config.output_modalities)[0]
         instructions = params.instructions if params.instructions is not None else self.config.instructions
-        context = self._conversation.context()
+        tools = params.tools if params.tools is not None else self.config.tools
+        choice = params.tool_choice or (self.config.tool_choice if params.tools is None else "auto")
+        problem = proto.choice_problem(tools, choice)
+        if problem is not None:
+            self._error(f"tool_choice {problem}", code="invalid_value", event_id=event_id, param="response.tool_choice")
+            return
+        if tools and not calls_tools(self.engine):
+            self._tools_unavailable("response.tools", event_id)
+            tools, choice = [], "auto"
         pinned = [TurnFrame(frame_id=None, pts_ms=None, jpeg=data) for data in context.images]  # checked on entry
-        part = Part(type="output_audio", transcript="") if modality == "audio" else Part(type="output_text", text="")
-        item = Item(id=proto.new_id("item"), role="assistant", parts=[], status="in_progress")
         answer = Answer(
             proto.new_id("resp"),
             session_id=self.session_id,
             engine=self.engine,
-            talker=self.talker if modality == "audio" else None,
+            talker=self.talker if modality == "audio" and not out_of_band else None,
             events=self,
             abort=self._abort_request,
             stall_timeout=self.settings.engine_stall_timeout,
             tally=self.responses,
         )
-        response = _Response(answer, item=item, part=part, modality=modality)
+        response = RealtimeResponse(
+            answer,
+            modality=modality,
+            emit=self._emit,
+            conversation=None if out_of_band else self._conversation,
+            conversation_id=None if out_of_band else self._conversation_id,
+            metadata=params.metadata,
+        )
         model = self.config.model
 
         async def build() -> UnderstandTurn:
@@ -480,52 +571,64 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
                 system_prompt=instructions or None,
                 modalities=("text", "audio") if modality == "audio" else ("text",),
                 model=model,
+                tools=engine_tools(tools),
+                tool_choice=engine_choice(choice),
             )
 
-        self._response = response
-        self._emit(proto.ResponseCreated(response=self._response_wire(response, "in_progress")))
-        self._emit(proto.OutputItemAdded(response_id=response.id, output_index=0, item=item.to_wire()))
-        previous = self._conversation.insert(item)
-        self._emit(proto.ItemAdded(item=item.to_wire(), previous_item_id=previous))
-        item.parts.append(part)
-        self._emit(proto.ContentPartAdded(response_id=response.id, item_id=item.id, part=self._part_wire(response)))
+        if out_of_band:
+            self._out_of_band[response.id] = response
+        else:
+            self._response = response
+        self._emit(proto.ResponseCreated(response=response.wire("in_progress")))
         answer.start(self._tasks.spawn, build)
+
+    async def _input_context(self, params: proto.ResponseParams, event_id: str | None) -> Context | None:
+        """A response's own `input`: new items and references to the conversation's, in order."""
+        items: list[Item] = []
+        for index, item_in in enumerate(params.input or []):
+            if isinstance(item_in, proto.ItemReference):
+                found = self._conversation.get(item_in.id)
+                if found is None:
+                    param = f"response.input.{index}.id"
+                    self._error(proto.item_not_found(item_in.id), code="item_not_found", event_id=event_id, param=param)
+                    return None
+                items.append(found)
+                continue
+            stored = await self._stored(item_in, event_id, f"response.input.{index}")
+            if stored is None:
+                return None
+            items.append(stored)
+        return context_of(items)
 
     # ----------------------------------------------------------------- the answer's events
 
-    def _response_of(self, answer: Answer) -> _Response:
-        assert self._response is not None and self._response.answer is answer, "an ended response's answer went on"
-        return self._response
+    def _response_of(self, answer: Answer) -> RealtimeResponse:
+        response = self._response if self._response is not None and self._response.answer is answer else None
+        response = response or self._out_of_band.get(answer.request_id)
+        assert response is not None and response.answer is answer, "an ended response's answer went on"
+        return response
 
     def on_first_output(self, answer: Answer) -> None:
         pass
 
     def on_text(self, answer: Answer, delta: str) -> None:
-        response = self._response_of(answer)
-        ids = {"response_id": response.id, "item_id": response.item.id}
-        if response.modality == "audio":
-            response.part.transcript = (response.part.transcript or "") + delta
-            self._emit(proto.TranscriptDelta(**ids, delta=delta))
-        else:
-            response.part.text = (response.part.text or "") + delta
-            self._emit(proto.TextDelta(**ids, delta=delta))
+        self._response_of(answer).text(delta)
 
     def on_audio(self, answer: Answer, pcm16: bytes, first: bool) -> None:
+        self._response_of(answer).audio(pcm16, first)
+
+    def on_function_call(self, answer: Answer, output: FunctionCallStarted | FunctionArguments) -> None:
         response = self._response_of(answer)
-        if response.modality != "audio":
-            return
-        if answer.talker is None:
-            delta = base64.b64encode(pcm16).decode("ascii")
-            self._emit(proto.AudioDelta(response_id=response.id, item_id=response.item.id, delta=delta))
-        elif first:
-            self._emit(proto.OutputAudioStarted(response_id=response.id))
-        response.part.audio += pcm16  # what was sent: truncation cuts it to what was heard
+        if isinstance(output, FunctionCallStarted):
+            response.call_started(output.call_id, output.name)
+        else:
+            response.arguments(output.call_id, output.delta)
 
     def on_context_lost(self, answer: Answer, reason: str) -> None:
         pass  # OpenAI's protocol has no such event: the conversation's items are the context
 
     def on_generated(self, answer: Answer) -> None:
-        pass
+        self._response_of(answer).generated()
 
     def on_completed(self, answer: Answer) -> None:
         response = self._response_of(answer)
@@ -541,14 +644,17 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
 
     async def _cancel_response(self, message: proto.ResponseCancel) -> None:
         response = self._response
-        if response is None or (message.response_id is not None and message.response_id != response.id):
+        if message.response_id is not None:
+            named = self._out_of_band.get(message.response_id)
+            response = named or (response if response is not None and response.id == message.response_id else None)
+        if response is None:
             self._error(proto.NO_ACTIVE_RESPONSE, code="response_cancel_not_active", event_id=message.event_id)
             return
         await self._interrupt(response, "client_cancelled")
 
-    async def _interrupt(self, response: _Response, reason: CancelReason) -> None:
+    async def _interrupt(self, response: RealtimeResponse, reason: CancelReason) -> None:
         """Stop the response's text, flush its speech, abort its engine request; it ends cancelled.
-        Over WebRTC its item is then cut to the speech the peer was sent (`conversation.item.truncated`)."""
+        Over WebRTC its message is then cut to the speech the peer was sent (`conversation.item.truncated`)."""
         response.cancel_reason = reason
         unplayed_ms = await response.answer.interrupt()
         if unplayed_ms is None:  # it had ended
@@ -557,8 +663,9 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         if speaking:
             self._emit(proto.OutputAudioCleared(response_id=response.id))
         self._finish_response(response, "cancelled")
-        if speaking and self._conversation.get(response.item.id) is not None:
-            self._cut(response.item, 0, max(0, int(_audio_ms(response.part) - unplayed_ms)))
+        spoken = response.message
+        if speaking and spoken is not None and self._conversation.get(spoken.id) is not None:
+            self._cut(spoken, 0, max(0, int(_audio_ms(spoken.parts[0]) - unplayed_ms)))
 
     async def _clear_output_audio(self, message: proto.OutputAudioClear) -> None:
         if self.talker is None:
@@ -568,52 +675,26 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         else:
             self.talker.flush()  # nothing of a response left to clear: no event
 
-    def _finish_response(self, response: _Response, status: EndStatus, error: str | None = None) -> None:
-        """The .done events, innermost first, whatever ended the response; the item keeps what was said."""
-        if self._response is not response:
+    def _finish_response(self, response: RealtimeResponse, status: EndStatus, error: str | None = None) -> None:
+        """`response.done`, whatever ended the response; then a response asked for while it played out."""
+        if response.ended:
             return
-        self._response = None
-        ids = {"response_id": response.id, "item_id": response.item.id}
-        if response.modality == "audio":
-            self._emit(proto.AudioDone(**ids))
-            self._emit(proto.TranscriptDone(**ids, transcript=response.part.transcript or ""))
+        if response.out_of_band:
+            self._out_of_band.pop(response.id, None)
+        elif self._response is response:
+            self._response = None
+            now = time.monotonic()
+            self._awaiting.update({call.call_id: now for call in response.calls})
+        response.finish(status, error)
+        deferred, self._deferred = self._deferred, None
+        if deferred is None or response.out_of_band:
+            self._deferred = deferred
+        elif status == "cancelled" and response.cancel_reason == "turn_detected":
+            # The user spoke over it: answering now would talk over them; their turn's response will
+            # see what the deferred one would have (a tool's output is in the conversation).
+            logger.info("session %s: a deferred response.create gave way to the user's turn", self.session_id)
         else:
-            self._emit(proto.TextDone(**ids, text=response.part.text or ""))
-        self._emit(proto.ContentPartDone(**ids, part=self._part_wire(response)))
-        response.item.status = "completed" if status == "completed" else "incomplete"
-        item = response.item.to_wire()
-        self._emit(proto.OutputItemDone(response_id=response.id, output_index=0, item=item))
-        if self._conversation.get(response.item.id) is not None:
-            self._emit(proto.ItemDone(item=item, previous_item_id=self._previous_id(response.item)))
-        self._emit(proto.ResponseDone(response=self._response_wire(response, status, error=error)))
-
-    def _previous_id(self, item: Item) -> str | None:
-        items = list(self._conversation)
-        position = items.index(item)
-        return items[position - 1].id if position > 0 else None
-
-    def _part_wire(self, response: _Response) -> proto.TextPart | proto.AudioPart:
-        part = response.part
-        if response.modality == "audio":
-            return proto.AudioPart(transcript=part.transcript or "")
-        return proto.TextPart(text=part.text or "")
-
-    def _response_wire(
-        self, response: _Response, status: ResponseStatus, error: str | None = None
-    ) -> proto.ResponseOut:
-        details: proto.CancelledDetails | proto.FailedDetails | None = None
-        if status == "cancelled":
-            details = proto.CancelledDetails(reason=response.cancel_reason)
-        elif status == "failed":
-            details = proto.FailedDetails(error=proto.FailureError(type=proto.SERVER_ERROR, message=error))
-        return proto.ResponseOut(
-            id=response.id,
-            status=status,
-            status_details=details,
-            output=[] if status == "in_progress" else [response.item.to_wire()],
-            output_modalities=[response.modality],
-            usage=None if status == "in_progress" else usage_wire(response.answer.usage),
-        )
+            self._queue_work(deferred)
 
     # ----------------------------------------------------------------- media in (WebRTC)
 

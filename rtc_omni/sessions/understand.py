@@ -21,7 +21,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import av
 from PIL import Image
 
-from ..engines.engine import EngineSession, LiveSettings, LiveUnderstandEngine, UnderstandEngine, UnderstandTurn
+from ..engines.engine import (
+    EngineSession,
+    FunctionArguments,
+    FunctionCallStarted,
+    LiveSettings,
+    LiveUnderstandEngine,
+    UnderstandEngine,
+    UnderstandTurn,
+)
 from ..media.evs import FrameSimilarityFilter
 from ..media.images import ImageTooLarge, open_image
 from ..media.vad import SpeechStarted, SpeechStopped
@@ -435,6 +443,9 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         if self.config.audio_events:
             data = wav_base64(pcm16, TALKER_SAMPLE_RATE)
             self._emit(proto.AudioDeltaEvent(request_id=answer.request_id, data=data))
+
+    def on_function_call(self, answer: Answer, output: FunctionCallStarted | FunctionArguments) -> None:
+        pass  # vLLM-Omni's understanding protocol declares no tools, so its turns offer none
 
     def on_context_lost(self, answer: Answer, reason: str) -> None:
         self._emit(proto.ContextLost(request_id=answer.request_id, message=reason))
