@@ -32,7 +32,17 @@ from rtc_omni.engines.vllm_omni import CODEC_FRAME_SAMPLES, OmniGenerateEngine, 
 from rtc_omni.pcm import TALKER_SAMPLE_RATE
 
 from .conftest import ClientFactory, ServerFactory, http_json
-from .vllm_fakes import FakeChat, FakeDiffusionOmni, FakeDiffusionRuntime, FakeOmni, FakeSamplingParams, FakeTensor
+from .realtime_client import add_user_text, connect, text_of
+from .vllm_fakes import (
+    TOOL_HISTORY,
+    WEATHER,
+    FakeChat,
+    FakeDiffusionOmni,
+    FakeDiffusionRuntime,
+    FakeOmni,
+    FakeSamplingParams,
+    FakeTensor,
+)
 
 # " red" then " reddish": a delta that starts with the one before it must still arrive whole.
 WORDS = "The camera shows a red reddish wall and I hear a tone".split()
@@ -419,24 +429,7 @@ def test_the_engines_pass_the_contract_checks_against_the_real_vllm_omni() -> No
 
 # ----------------------------------------------------------------------------- tool calling
 
-WEATHER = FunctionTool(
-    "get_weather",
-    "The weather in a city.",
-    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-)
 CLOCK = FunctionTool("get_time", "The time in a city.", {"type": "object", "properties": {"city": {"type": "string"}}})
-# What the client sent before: a question, the call it answered with, and the tool's result.
-TOOL_HISTORY: list[dict[str, Any]] = [
-    {"role": "user", "content": "Weather in Paris?"},
-    {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
-        ],
-    },
-    {"role": "tool", "tool_call_id": "call_1", "content": "22C"},
-]
 
 
 def tool_turn(**fields: Any) -> UnderstandTurn:
@@ -596,3 +589,29 @@ async def test_a_forced_call_cut_off_by_max_tokens_fails_the_answer() -> None:
         await outputs_of(OmniUnderstandEngine(omni, FakeChat()), tool_turn(tool_choice=ForcedTool("get_weather")))
     params = omni.generate_kwargs[0]["sampling_params_list"]
     assert [p.values for p in params] == [{"structured_outputs": {"json": WEATHER.parameters}}]
+
+
+async def test_over_the_realtime_api_the_client_gets_the_text_then_the_call_and_no_marker(
+    make_server: ServerFactory,
+) -> None:
+    script: list[str | list[int]] = ["Sure", ".", [4 * 1920], " <tool", "_call>", [1920]]
+    script += ['{"name": "get_weather", "arguments": {"city": "Paris"}}', "</tool_call>", [960], " more"]
+    omni = FakeOmni([], [], script=script)
+    server = await make_server(engine=OmniUnderstandEngine(omni, FakeChat()))
+    async with connect(server) as rt:
+        tool = {"type": "function", **vars(WEATHER)}
+        await rt.send({"type": "session.update", "session": {"tools": [tool]}})
+        await rt.until("session.updated")
+        await add_user_text(rt, "Weather in Paris?")
+        events = await rt.respond()
+
+    transcript = text_of(events, "response.output_audio_transcript.delta")
+    assert transcript == "Sure." and not any("<" in json.dumps(e) for e in events if "delta" in e["type"])
+    speech = b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta")
+    assert len(speech) // 2 == 3 * 1920  # 24 kHz PCM16: the first group less its leading edge, none after the marker
+    call = next(e for e in events if e["type"] == "response.function_call_arguments.done")
+    assert json.loads(call["arguments"]) == {"city": "Paris"}
+    done = events[-1]["response"]
+    assert done["status"] == "completed" and [item["type"] for item in done["output"]] == ["message", "function_call"]
+    assert done["output"][1]["name"] == "get_weather"
+    assert [what for what, _, _ in omni.calls] == ["generate", "abort"]

@@ -24,6 +24,27 @@ from typing import Any
 
 import numpy as np
 
+from rtc_omni.engines.engine import FunctionTool
+
+# A tool and one exchange with it, as a session hands them to the engine: the question, the call
+# the model answered with, and the tool's result.
+WEATHER = FunctionTool(
+    "get_weather",
+    "The weather in a city.",
+    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+TOOL_HISTORY: list[dict[str, Any]] = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "22C"},
+]
+
 
 class FakeTensor:
     """A GPU tensor stand-in that counts how often it was copied to the CPU."""

@@ -44,6 +44,11 @@ def offered(tools: Sequence[FunctionTool], choice: ToolChoice) -> bool:
     return bool(tools) and choice != "none"
 
 
+def in_prompt(tools: Sequence[FunctionTool], history: list[dict[str, Any]]) -> bool:
+    """Whether a prompt has tools or tool history for the chat template to render."""
+    return bool(tools) or any(m["role"] == "tool" or m.get("tool_calls") for m in history)
+
+
 def openai_tools(tools: Sequence[FunctionTool]) -> list[dict[str, Any]]:
     """The tools as a chat-completions request's `tools`, which chat templates render."""
     return [

@@ -45,6 +45,7 @@ from .tool_calls import (
     forced_call,
     forced_schema,
     hermes_messages,
+    in_prompt,
     offered,
     openai_tools,
 )
@@ -317,8 +318,10 @@ class OmniUnderstandEngine:
         except Exception as exc:
             raise EngineError(f"Failed to build request: {error_text(exc)}") from exc
         try:
-            # chat_request decodes the turn's frames, and the template's tool support may need a look.
-            request = await asyncio.to_thread(lambda: chat_request(turn, self.chat.renders_tools))
+            # Off the loop: chat_request decodes the frames, and the template may need its first look.
+            request = await asyncio.to_thread(
+                lambda: chat_request(turn, not in_prompt(turn.tools, turn.history) or self.chat.renders_tools)
+            )
             kwargs["prompt"] = await self.chat.engine_prompt(request)
         except Exception as exc:
             raise EngineError(f"Preprocess failed: {error_text(exc)}") from exc

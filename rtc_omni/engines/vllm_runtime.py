@@ -162,14 +162,10 @@ class ChatService:
             {"role": "assistant", "content": "", "tool_calls": [call]},
             {"role": "tool", "tool_call_id": "c1", "content": "r"},
         ]
+        tokenizer, template = self.chat.renderer.get_tokenizer(), self.template
         try:
             prompt = safe_apply_chat_template(
-                self.chat.model_config,
-                self.chat.renderer.get_tokenizer(),
-                conversation,
-                tools=[tool],
-                chat_template=self.template,
-                tokenize=False,
+                self.chat.model_config, tokenizer, conversation, tools=[tool], chat_template=template, tokenize=False
             )
         except Exception as exc:  # a template may refuse a role it has no section for
             logger.info("the chat template refuses tool messages: %s", error_text(exc))
