@@ -40,6 +40,7 @@ from vllm_omni.inputs.data import OmniDiffusionSamplingParams, OmniInteractionPr
 from vllm_omni.lora.request import LoRARequest  # noqa: E402
 from vllm_omni.outputs import OmniRequestOutput  # noqa: E402
 from vllm_omni.outputs.mm_outputs import MultimodalCompletionOutput, MultimodalPayload  # noqa: E402
+from xgrammar.testing import _is_grammar_accept_string  # noqa: E402
 
 from rtc_omni.config import Settings  # noqa: E402
 from rtc_omni.engines.engine import ForcedTool, GenerateRequest, TurnFrame, UnderstandTurn  # noqa: E402
@@ -462,7 +463,12 @@ def test_a_forced_call_is_a_structured_output_of_the_thinker_stage() -> None:
     chat.engine_client = SimpleNamespace(stage_configs=[llm] * 3, default_sampling_params_list=[SamplingParams()] * 3)
     schema = forced_schema((WEATHER,), ForcedTool("get_weather"))
     thinker, *_ = ChatService(chat).sampling_params([{"structured_outputs": {"json": schema}}])
-    assert isinstance(thinker.structured_outputs, StructuredOutputsParams) and thinker.structured_outputs.json == schema
+    assert isinstance(thinker.structured_outputs, StructuredOutputsParams)
+    # The schema as xgrammar's grammar of compact JSON: no whitespace for a model to pad with.
+    grammar = thinker.structured_outputs.grammar
+    assert _is_grammar_accept_string(grammar, '{"city": "Paris"}')
+    assert not _is_grammar_accept_string(grammar, '{"city"\t: "Paris"}')
+    assert not _is_grammar_accept_string(grammar, '{"town": "Paris"}') and not _is_grammar_accept_string(grammar, "1")
 
 
 @pytest.mark.parametrize(("template", "renders"), [(TOOL_TEMPLATE, True), (QWEN3_CHAT_TEMPLATE, False)])

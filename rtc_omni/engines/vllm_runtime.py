@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import functools
 import importlib.metadata
+import json
 import logging
 import os
 from contextlib import AsyncExitStack
@@ -192,12 +193,11 @@ class ChatService:
         return prompts[0]
 
     def sampling_params(self, per_stage: list[dict[str, Any]]) -> list[Any]:
-        from vllm.sampling_params import StructuredOutputsParams
         from vllm_omni.entrypoints.utils import coerce_param_message_types
 
         # vLLM's SamplingParams keeps a dict as it is given: structured outputs must be its own type.
         per_stage = [
-            {**stage, "structured_outputs": StructuredOutputsParams(**so)}
+            {**stage, "structured_outputs": structured_outputs(so)}
             if isinstance(so := stage.get("structured_outputs"), dict)
             else stage
             for stage in per_stage
@@ -220,6 +220,28 @@ class ChatService:
             names = [n for n in SamplingParams.__struct_fields__ if not n.startswith("_") and n != "output_kind"]
             defaults.append({n: getattr(params, n) for n in names if getattr(params, n) != getattr(plain, n)})
         return defaults
+
+
+def structured_outputs(fields: dict[str, Any]) -> Any:
+    """vLLM's StructuredOutputsParams; a JSON schema goes as xgrammar's grammar of compact JSON.
+
+    vLLM's xgrammar backend lets JSON carry whitespace between any two tokens unless the whole server
+    runs with `disable_any_whitespace` (a request's own option is ignored), and a model can pad until
+    max_tokens cuts the JSON: the tiny Qwen3-Omni, greedy, wrote 2,047 tabs after `{"city"`. A schema
+    xgrammar cannot write as a grammar goes as it is, and vLLM picks a backend for it as usual."""
+    import xgrammar
+    from vllm.sampling_params import StructuredOutputsParams
+
+    schema = fields.get("json")
+    if schema is not None:
+        try:
+            text = schema if isinstance(schema, str) else json.dumps(schema)
+            grammar = xgrammar.Grammar.from_json_schema(text, any_whitespace=False)
+        except RuntimeError as exc:
+            logger.info("structured outputs keep the JSON schema: xgrammar cannot write it (%s)", exc)
+        else:
+            fields = {**{k: v for k, v in fields.items() if k != "json"}, "grammar": str(grammar)}
+    return StructuredOutputsParams(**fields)
 
 
 class DiffusionParams:
