@@ -475,6 +475,8 @@ async def test_a_tool_call_in_the_thinkers_text_becomes_a_call_and_the_request_i
     kinds = [type(o).__name__ for o in outputs]
     assert kinds[kinds.index("FunctionCallStarted") :] == ["FunctionCallStarted", "FunctionArguments", "Usage"]
     assert [what for what, _, _ in omni.calls] == ["generate", "abort"]
+    # The thinker keeps special tokens in its text, as vLLM's hermes parser has it: a marker may be one.
+    assert [p.values for p in omni.generate_kwargs[0]["sampling_params_list"]] == [{"skip_special_tokens": False}]
 
 
 async def test_without_a_call_the_text_arrives_whole_with_the_marker_lookalikes() -> None:

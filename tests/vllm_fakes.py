@@ -200,7 +200,8 @@ class FakeChat:
 
     def sampling_params(self, per_stage: list[dict[str, Any]]) -> list[Any]:
         for values in per_stage:
-            known = {"temperature", "top_k", "top_p", "max_tokens", "repetition_penalty", "structured_outputs"}
+            known = {"temperature", "top_k", "top_p", "max_tokens", "repetition_penalty"}
+            known |= {"structured_outputs", "skip_special_tokens"}
             unknown = set(values) - known
             if unknown:
                 raise TypeError(f"SamplingParams got unexpected keyword arguments {sorted(unknown)}")

@@ -307,10 +307,16 @@ class OmniUnderstandEngine:
         talker does not run."""
         modalities = ["text"] if forced is not None else list(turn.modalities)
         kwargs: dict[str, Any] = {"request_id": turn.request_id, "output_modalities": modalities}
+        thinker: dict[str, Any] = {}  # stage 0
+        if forced is not None:
+            thinker = {"structured_outputs": {"json": forced}}
+        elif offered(turn.tools, turn.tool_choice):
+            # As vLLM's hermes parser asks: a tokenizer may mark <tool_call> special (Qwen's does not).
+            thinker = {"skip_special_tokens": False}
         try:
             per_stage = [dict(stage) for stage in turn.sampling_params_list or []]
-            if forced is not None:  # the thinker is stage 0
-                per_stage = [{**(per_stage or [{}])[0], "structured_outputs": {"json": forced}}, *per_stage[1:]]
+            if thinker:
+                per_stage = [{**(per_stage or [{}])[0], **thinker}, *per_stage[1:]]
             if per_stage:
                 kwargs["sampling_params_list"] = self.chat.sampling_params(
                     over_stage_defaults(per_stage, self.chat.stage_defaults())
