@@ -182,7 +182,8 @@ class ChatService:
         _conversation, prompts = await self.chat._preprocess_chat(
             chat_request,
             chat_request.messages,
-            default_template=self.template,
+            # With tools, the template without them (resolved by renders_tools, off the event loop).
+            default_template=self.template if "tools" in request else self.chat.chat_template,
             default_template_content_format=self.chat.chat_template_content_format,
             tool_dicts=request.get("tools"),
             renderer=self.chat.renderer,
