@@ -5,10 +5,12 @@
     default time to first token (150 ms) is part of it;
   - `input_audio_buffer.speech_stopped` -> `response.created` (server VAD, WebSocket, espeak-ng
     speech appended as an app streams its microphone);
-  - `response.cancel` -> talker silent at the peer (a WebRTC call: the first of 10 silent 20 ms frames).
+  - `response.cancel` -> the last voiced frame the peer decodes (a WebRTC call), at a plain aiortc
+    peer (its jitter buffer holds 4 packets, as any Python WebRTC client's does) and at one that
+    plays packets on arrival (as rtc-omni's own client does).
 
 The server is `rtc-omni serve` (synthetic engine, tone voice) in a subprocess on 127.0.0.1.
-Usage: python benchmarks/realtime_loopback.py [--trials 10]
+Usage: python benchmarks/realtime_loopback.py [--trials 10] [--only cancel]
 Run it inside a loopback-only network namespace, like the tests.
 """
 
@@ -27,7 +29,7 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 from openai import AsyncOpenAI
 
 from rtc_omni import patches
-from rtc_omni.bench.common import silent_from, start_server, stop, summary
+from rtc_omni.bench.common import start_server, stop, summary
 from rtc_omni.client.media import AudioRecorder, ToneAudioTrack, speech48
 from rtc_omni.patches.jitter import release_audio_on_arrival
 from rtc_omni.signaling.ice import rtc_configuration
@@ -84,16 +86,23 @@ async def vad_to_response(url: str, trials: int) -> list[float]:
     return latencies
 
 
-async def cancel_to_silence(url: str, trials: int) -> list[float]:
+async def cancel_to_silence(url: str, trials: int, plain: bool) -> list[float]:
     patches.apply()  # the peer gathers on 127.0.0.1 only
     client = AsyncOpenAI(base_url=url + "/v1", api_key="unused")
-    latencies = [await one_cancel(client) for _ in range(trials)]
+    latencies = [await one_cancel(client, plain) for _ in range(trials)]
     await client.close()
-    return [latency for latency in latencies if latency is not None]
+    return latencies
 
 
-async def one_cancel(client: AsyncOpenAI) -> float | None:
-    """One WebRTC call: a spoken answer, cancelled a second into its speech; seconds until silence."""
+def last_voiced(recorder: AudioRecorder, since: float) -> float:
+    """Arrival of the last voiced frame decoded after `since` (`since` itself when there is none)."""
+    voiced = [frame.at for frame in recorder.frames if frame.at >= since and frame.rms >= recorder.SILENCE_RMS]
+    return max(voiced, default=since)
+
+
+async def one_cancel(client: AsyncOpenAI, plain: bool) -> float:
+    """One WebRTC call: a spoken answer, cancelled a second into its speech; seconds until the last
+    voiced frame the peer decodes."""
     pc = RTCPeerConnection(rtc_configuration([]))
     channel = pc.createDataChannel("oai-events")
     pc.addTrack(ToneAudioTrack(0.0))  # a silent microphone: sendrecv, so the talker comes back
@@ -104,7 +113,8 @@ async def one_cancel(client: AsyncOpenAI) -> float | None:
     await pc.setLocalDescription(await pc.createOffer())
     answer = await client.realtime.calls.create(sdp=pc.localDescription.sdp, session={"type": "realtime"})
     await pc.setRemoteDescription(RTCSessionDescription(sdp=answer.text, type="answer"))
-    release_audio_on_arrival(pc)  # as rtc_omni's own client: the talker heard as it is sent
+    if not plain:
+        release_audio_on_arrival(pc)  # as rtc_omni's own client: the talker heard as it is sent
     try:
         async with asyncio.timeout(TIMEOUT_S):
             while channel.readyState != "open":
@@ -118,9 +128,8 @@ async def one_cancel(client: AsyncOpenAI) -> float | None:
             channel.send(json.dumps({"type": "response.cancel"}))
             while await events.get() != "response.done":
                 pass
-        await asyncio.sleep(0.5)
-        quiet = silent_from(recorders[0], cancelled, run=10)
-        return None if quiet is None else quiet - cancelled
+        await asyncio.sleep(1.5)  # longer than any held speech plays on
+        return last_voiced(recorders[0], cancelled) - cancelled
     finally:
         for recorder in recorders:
             await recorder.stop()
@@ -130,17 +139,20 @@ async def one_cancel(client: AsyncOpenAI) -> float | None:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--only", choices=["cancel"], help="measure only the cancels")
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
     process, url = start_server()
     try:
-        text, audio = await first_deltas(url, args.trials)
-        print(f"response.create -> first output_text.delta:  {summary(text)}  (includes the 150 ms synthetic TTFT)")
-        print(f"response.create -> first output_audio.delta: {summary(audio)}")
-        vad = await vad_to_response(url, args.trials)
-        print(f"speech_stopped -> response.created (server VAD): {summary(vad)}")
-        cancel = await cancel_to_silence(url, args.trials)
-        print(f"response.cancel -> talker silent at the peer (WebRTC): {summary(cancel)}")
+        if args.only is None:
+            text, audio = await first_deltas(url, args.trials)
+            print(f"response.create -> first output_text.delta:  {summary(text)}  (includes the 150 ms synthetic TTFT)")
+            print(f"response.create -> first output_audio.delta: {summary(audio)}")
+            vad = await vad_to_response(url, args.trials)
+            print(f"speech_stopped -> response.created (server VAD): {summary(vad)}")
+        for plain, peer in ((True, "a plain aiortc peer"), (False, "a peer playing on arrival")):
+            cancel = await cancel_to_silence(url, args.trials, plain)
+            print(f"response.cancel -> last voiced frame decoded at {peer}: {summary(cancel)}")
     finally:
         stop(process)
 

@@ -77,7 +77,7 @@ async def test_no_event_is_queued_past_the_bound(server: RunningServer, monkeypa
         peak = record_peak(peer.channels._channels[0])
         # The peer takes 256 KiB messages (aiortc's default), but one event larger than the bound is not sent.
         client.send(update(BOUND + 1))
-        assert "was dropped" in (await client.wait_event("error"))["message"]
+        assert "was dropped" in (await client.wait_event("error"))["error"]["message"]  # the realtime shape
         mark = len(client.events)
         client.send(update(10))
         await client.wait_event("session.updated", after=mark)

@@ -309,3 +309,22 @@ async def test_a_still_camera_is_filtered_and_each_frame_encoded_once(
     assert "The newest frame is mostly red" in done["response"]["output"][0]["content"][0]["text"]
     assert len(encoded) == 2 and encoded[0] == kept[0]  # no frame encoded twice, whoever consumed it
     assert judged[encoded[1]] is False  # the filtered newest, encoded once, for this response
+
+
+async def test_an_event_too_large_for_the_datachannel_becomes_a_realtime_error(
+    server: RunningServer, call: Call
+) -> None:
+    await call.connect(server, {"type": "realtime", "output_modalities": ["text"]})
+    # 100 KB as UTF-8; the server's conversation.item.added escapes it to 6 bytes a character
+    text = "Ñ" * 50_000
+    item = {"id": "item_big", "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    call.channel.send(json.dumps({"type": "conversation.item.create", "item": item}, ensure_ascii=False))
+    error = await call.wait("error")  # validated as the SDK's ErrorEvent on arrival
+    call.send({"type": "conversation.item.delete", "item_id": "item_big"})
+    await call.wait("conversation.item.deleted")
+    mark = len(call.events)
+    call.send({"type": "response.create"})
+    done = await call.wait("response.done", after=mark)
+
+    assert "bytes was dropped: larger than one DataChannel message may be" in error["error"]["message"]
+    assert done["response"]["status"] == "completed"

@@ -50,6 +50,11 @@ async def test_cors_allows_only_listed_origins(make_server: ServerFactory) -> No
         ) as r:
             assert r.status == 204 and r.headers["Access-Control-Allow-Origin"] == "https://app.example"
             assert "POST" in r.headers["Access-Control-Allow-Methods"]
+        sdk_headers = {**preflight, "Access-Control-Request-Headers": "authorization, x-openai-agents-sdk"}
+        async with http.options(
+            server.url + "/v1/realtime/calls", headers={"Origin": "https://app.example", **sdk_headers}
+        ) as r:  # the OpenAI Agents SDK's own header: without it the browser never sends the offer
+            assert r.status == 204 and "x-openai-agents-sdk" in r.headers["Access-Control-Allow-Headers"]
         async with http.options(
             server.url + "/v1/rtc/offer", headers={"Origin": "https://evil.example", **preflight}
         ) as r:
@@ -60,6 +65,7 @@ async def test_cors_allows_only_listed_origins(make_server: ServerFactory) -> No
             assert "Access-Control-Allow-Origin" not in r.headers
         async with http.get(server.url + "/healthz", headers={"Origin": "https://app.example"}) as r:
             assert r.headers["Access-Control-Allow-Origin"] == "https://app.example"
+            assert "Location" in r.headers["Access-Control-Expose-Headers"]  # a page reads its call's URL
 
 
 async def test_shutdown_tells_every_session_then_closes_it(

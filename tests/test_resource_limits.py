@@ -298,6 +298,6 @@ async def test_an_event_too_large_for_the_datachannel_becomes_an_error_and_the_s
     # 100 KB as UTF-8; echoed by the synthetic engine, the server's event escapes it to 6 bytes a character
     client.send(json.dumps({"type": "video.query", "text": "Ñ" * 50_000}, ensure_ascii=False))
     error = await client.wait_event("error", timeout=30)
-    assert "was dropped: larger than one DataChannel message may be" in error["message"]
+    assert "bytes was dropped: larger than one DataChannel message may be" in error["message"]
     result = await client.ask("What colour?", timeout=30)
     assert "mostly red" in result.text

@@ -29,6 +29,11 @@ BINARY_NOT_SUPPORTED = "Binary messages are not supported; send JSON text"
 MESSAGE_QUEUE_FULL = "Message queue full; message dropped"
 TEXT_NOT_UTF8 = "A text message that is not valid UTF-8 was dropped; send JSON text in UTF-8"
 
+
+def event_too_large(size: int) -> str:
+    return f"An event of {size} bytes was dropped: larger than one DataChannel message may be"
+
+
 UNKNOWN_TAG = "unknown"
 # Client JSON may nest this deep. Deeper breaks later than its parse: pydantic serialises at most
 # 255 levels ("Circular reference detected"), Python's parser about 1000 (RecursionError).

@@ -21,7 +21,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from .. import metrics
 from ..config import Settings
-from ..protocol.codec import MESSAGE_QUEUE_FULL, TEXT_NOT_UTF8, Refusal, ServerEvent, TypedMessage, internal_error
+from ..protocol.codec import (
+    MESSAGE_QUEUE_FULL,
+    TEXT_NOT_UTF8,
+    Refusal,
+    ServerEvent,
+    TypedMessage,
+    event_too_large,
+    internal_error,
+)
 from ..tasks import TaskSet
 from .inbox import Inbox, WorkItem
 
@@ -153,6 +161,9 @@ class Session(ABC, Generic[M, E]):
         a WebSocket's is refused by aiohttp, which closes the socket (1007) as RFC 6455 requires."""
         self._touch()
         self._error(TEXT_NOT_UTF8)
+
+    def event_dropped(self, size: int) -> None:
+        self._error(event_too_large(size))
 
     def _queue_work(self, work: WorkItem) -> None:
         """Queue work for the loop, in order with the client's messages."""

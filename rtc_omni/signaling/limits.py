@@ -22,9 +22,14 @@ from typing import Any, cast
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from .capabilities import SESSION_TOKEN_HEADER, VIEW_TOKEN_HEADER
+
 logger = logging.getLogger(__name__)
 
 MAX_TRACKED_CLIENTS = 10_000
+ALLOWED_HEADERS = "Authorization, Content-Type, If-Match"
+# What a page reads from an answer: the call's URL (OpenAI's clients take the call id from it) and its tokens.
+EXPOSED_HEADERS = f"Location, {SESSION_TOKEN_HEADER}, {VIEW_TOKEN_HEADER}"
 _OPENS_SESSION: set[Callable[..., object]] = set()
 
 
@@ -90,7 +95,10 @@ def cors_allow_list(origins: list[str]) -> Middleware:
             except web.HTTPMethodNotAllowed:
                 response = web.Response(status=204)
             response.headers.setdefault("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE, OPTIONS")
-            response.headers.setdefault("Access-Control-Allow-Headers", "Authorization, Content-Type, If-Match")
+            # The headers the page asks to send: its SDK may add its own (the OpenAI Agents SDK sends
+            # X-OpenAI-Agents-SDK), and the origin is already trusted.
+            requested = request.headers.get("Access-Control-Request-Headers")
+            response.headers.setdefault("Access-Control-Allow-Headers", requested or ALLOWED_HEADERS)
             response.headers.setdefault("Access-Control-Max-Age", "600")
         else:
             response = await handler(request)
@@ -98,6 +106,7 @@ def cors_allow_list(origins: list[str]) -> Middleware:
         if allowed and origin is not None:
             response.headers["Access-Control-Allow-Origin"] = origin
             response.headers["Vary"] = "Origin"
+            response.headers.setdefault("Access-Control-Expose-Headers", EXPOSED_HEADERS)
         return response
 
     return cors

@@ -96,17 +96,12 @@ class ControlReceiver(Protocol):
 
     def receive_undecodable_text(self) -> None: ...
 
+    def event_dropped(self, size: int) -> None:
+        """An event of `size` bytes was too large for a DataChannel: the session says so, in its
+        protocol's `error` shape."""
+        ...
+
     def channel_opened(self) -> None: ...
-
-
-def oversized_event_message(size: int) -> str:
-    return f"an event of {size} bytes was dropped: larger than one DataChannel message may be"
-
-
-def _drop_oversized(channel: RTCDataChannel, size: int) -> None:
-    """In place of an event too large to send: a short `error` saying it was dropped."""
-    logger.warning("dropping a %d-byte event: larger than the DataChannel carries", size)
-    channel.send(json.dumps({"type": "error", "message": oversized_event_message(size)}))
 
 
 class ControlChannels:
@@ -122,10 +117,12 @@ class ControlChannels:
         self._channels: list[RTCDataChannel] = []
         self._pending: deque[str] = deque(maxlen=MAX_PENDING_EVENTS)
         self._overflow: dict[RTCDataChannel, Callable[[], None]] = {}
+        self._receivers: dict[RTCDataChannel, ControlReceiver] = {}
 
     def attach(self, channel: RTCDataChannel, receiver: ControlReceiver, on_overflow: Callable[[], None]) -> None:
         self._channels.append(channel)
         self._overflow[channel] = on_overflow
+        self._receivers[channel] = receiver
 
         @channel.on("message")
         def on_message(message: str | bytes) -> None:
@@ -155,6 +152,7 @@ class ControlChannels:
     def _detach(self, channel: RTCDataChannel) -> Callable[[], None] | None:
         if channel in self._channels:
             self._channels.remove(channel)
+        self._receivers.pop(channel, None)
         return self._overflow.pop(channel, None)
 
     def _flush(self) -> None:
@@ -168,7 +166,7 @@ class ControlChannels:
         channel overflowed instead and was given up."""
         size = len(text)  # json.dumps escapes all but ASCII: one byte per character
         if size > MAX_CHANNEL_BUFFERED_BYTES:  # even where the peer allows any message size
-            _drop_oversized(channel, size)
+            self._drop_oversized(channel, size)
             return True
         if channel.bufferedAmount + size > MAX_CHANNEL_BUFFERED_BYTES:
             self._overflowed(channel)
@@ -176,8 +174,15 @@ class ControlChannels:
         try:
             channel.send(text)
         except ValueError:  # over the peer's SCTP max-message-size (256 KiB in browsers and aiortc)
-            _drop_oversized(channel, size)
+            self._drop_oversized(channel, size)
         return True
+
+    def _drop_oversized(self, channel: RTCDataChannel, size: int) -> None:
+        """In place of an event too large to send: the session's short `error` saying it was dropped."""
+        logger.warning("dropping a %d-byte event: larger than the DataChannel carries", size)
+        receiver = self._receivers.get(channel)
+        if receiver is not None:
+            receiver.event_dropped(size)
 
     def _overflowed(self, channel: RTCDataChannel) -> None:
         logger.warning("DataChannel peer takes no events (%d bytes unsent); closing it", channel.bufferedAmount)
