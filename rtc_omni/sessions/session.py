@@ -157,7 +157,7 @@ class Session(ABC, Generic[M, E]):
         self._refuse(self.binary_refusal)
 
     def receive_undecodable_text(self) -> None:
-        """A text message that was not UTF-8, dropped by its DataChannel (patches/datachannel_text.py);
+        """A text message that was not UTF-8, dropped by its DataChannel (patches/datachannel_receive.py);
         a WebSocket's is refused by aiohttp, which closes the socket (1007) as RFC 6455 requires."""
         self._touch()
         self._error(TEXT_NOT_UTF8)
