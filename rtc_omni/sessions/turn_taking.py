@@ -9,16 +9,54 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from ..media.echo import MAX_DELAY_S, EchoReference
 from ..media.vad import SpeechStarted, SpeechStopped, VoiceActivityDetector
 from ..pcm import pcm16_to_float
+from ..protocol.realtime_events import TurnDetectionConfig
+from ..protocol.understand_messages import TurnDetection
 
 ECHO_PROBE_MS = 300
 ECHO_RECHECK_MS = 100
 QUIET_RMS = 0.005
+
+
+Eagerness = Literal["low", "medium", "high", "auto"]
+
+# By eagerness ("auto" is "medium", as OpenAI's): the pause that asks the model, the probability
+# of a finished turn that ends it there, and the cap after which a turn ends whatever the model said
+# (OpenAI's semantic_vad maxima).
+PAUSE_MS = {"low": 600, "medium": 450, "high": 350}
+THRESHOLD = {"low": 0.7, "medium": 0.5, "high": 0.4}
+CAP_MS = {"low": 8000, "medium": 4000, "high": 2000}
+# Without the model, semantic_vad is server_vad with this silence (what it was before the model).
+FALLBACK_SILENCE_MS = {"low": 1000, "medium": 600, "high": 350}
+
+
+@dataclass(frozen=True)
+class Semantic:
+    """Semantic turn detection's setting, OpenAI's `eagerness`."""
+
+    eagerness: Eagerness = "auto"
+
+    @property
+    def level(self) -> Literal["low", "medium", "high"]:
+        return "medium" if self.eagerness == "auto" else self.eagerness
+
+    @property
+    def pause_ms(self) -> int:
+        return PAUSE_MS[self.level]
+
+    @property
+    def threshold(self) -> float:
+        return THRESHOLD[self.level]
+
+    @property
+    def cap_ms(self) -> int:
+        return CAP_MS[self.level]
 
 
 @dataclass(frozen=True)
@@ -29,6 +67,26 @@ class VadSettings:
     prefix_padding_ms: int = 300
     silence_ms: int = 500
     interrupt_response: bool = True
+    semantic: Semantic | None = None  # the end-of-turn model judges each pause (end_of_turn.py)
+
+    @property
+    def pause_ms(self) -> int:
+        """The silence after which the VAD reports a pause."""
+        return self.semantic.pause_ms if self.semantic is not None else self.silence_ms
+
+
+def vad_settings(detection: TurnDetectionConfig | TurnDetection | None) -> VadSettings | None:
+    """The listening path's settings for either protocol's config, both in OpenAI's names (None: none)."""
+    if detection is None:
+        return None
+    semantic = Semantic(detection.eagerness) if detection.type == "semantic_vad" else None
+    return VadSettings(
+        detection.threshold,
+        detection.prefix_padding_ms,
+        detection.silence_duration_ms,
+        detection.interrupt_response,
+        semantic,
+    )
 
 
 @dataclass(frozen=True)
@@ -47,7 +105,7 @@ class ServerVad:
     def __init__(self, config: VadSettings, echo: EchoReference | None) -> None:
         self.config = config
         self.echo = echo
-        self.vad = VoiceActivityDetector(config.threshold, config.silence_ms)
+        self.vad = VoiceActivityDetector(config.threshold, config.pause_ms)
         self._recent = bytearray()  # the last ECHO_PROBE_MS of microphone audio
         self._echo_segment = False
         self._next_recheck_ms = 0.0

@@ -39,12 +39,13 @@ from ..protocol import understand_messages as proto
 from ..protocol.codec import Refusal
 from .answer import Answer, Failure, Outcome
 from .camera import Camera, engine_frames, now_ms
+from .end_of_turn import fallback_silence_ms
 from .frame_buffer import BufferedFrame
 from .inbox import WorkItem
 from .listening import Heard, Listening
 from .outputs import Talker
 from .session import Session
-from .turn_taking import TurnTakingEvent, VadSettings
+from .turn_taking import TurnTakingEvent, vad_settings
 
 if TYPE_CHECKING:
     from ..media.ingest import MediaSink
@@ -87,7 +88,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         self._config_queued = False  # judge what follows a queued config as the config's processor will
         self._camera = Camera(50)
         self._dc_filter: FrameSimilarityFilter | None = None
-        self._listening = Listening(self._queue_work)
+        self._listening = Listening(self._queue_work, self._tasks.spawn)
         self._history: deque[dict[str, Any]] = deque(maxlen=MAX_HISTORY_MESSAGES)
         self._turn: _Turn | None = None
         self._engine_session: EngineSession | None = None  # engine-side state, for engines that keep one
@@ -105,12 +106,16 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         self._listening.audio.clear()
         self._history.clear()
 
-    def _error(self, message: str, request_id: str | None = None, detail: str | None = None) -> None:
+    def _error(
+        self, message: str, request_id: str | None = None, detail: str | None = None, code: str | None = None
+    ) -> None:
         event = proto.ErrorEvent(message=message)
         if request_id is not None:
             event.request_id = request_id
         if detail is not None:
             event.detail = detail
+        if code is not None:
+            event.code = code
         self._emit(event)
 
     def _ends_reference_session(self, message: str) -> None:
@@ -204,23 +209,18 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         self._apply_config(proto.SessionConfig(), explicit=False)
 
     def _apply_config(self, config: proto.SessionConfig, *, explicit: bool) -> None:
-        if not explicit and self.settings.turn_detection == "server_vad":
-            config.turn_detection = proto.TurnDetection()
+        if not explicit and self.settings.turn_detection != "none":
+            config.turn_detection = proto.TurnDetection(type=self.settings.turn_detection)
         if self.strict_reference:
             config.audio_events = True  # the reference's only way to return speech
-        self.config = config
         detection = config.turn_detection
-        self._listening.detect(
-            None
-            if detection is None
-            else VadSettings(
-                detection.threshold,
-                detection.prefix_padding_ms,
-                detection.silence_duration_ms,
-                detection.interrupt_response,
-            ),
-            self.talker.echo if self.talker is not None else None,
-        )
+        silence = fallback_silence_ms(detection, self.settings.end_of_turn_model)
+        if detection is not None and silence is not None:
+            detection = detection.model_copy(update={"type": "server_vad", "silence_duration_ms": silence})
+            config.turn_detection = detection
+            self._error(proto.SEMANTIC_VAD_UNAVAILABLE, code="semantic_vad_unavailable")
+        self.config = config
+        self._listening.detect(vad_settings(detection), self.talker.echo if self.talker is not None else None)
         self._explicit_config = explicit
         self._camera.frames.max_frames = config.max_frames
         self._dc_filter = FrameSimilarityFilter(config.frame_filter_threshold) if config.enable_frame_filter else None
