@@ -29,7 +29,7 @@ Eagerness = Literal["low", "medium", "high", "auto"]
 # By eagerness ("auto" is "medium", as OpenAI's): the pause that asks the model, the probability
 # of a finished turn that ends it there, and the cap after which a turn ends whatever the model said
 # (OpenAI's semantic_vad maxima).
-PAUSE_MS = {"low": 600, "medium": 450, "high": 350}
+PAUSE_MS = {"low": 500, "medium": 300, "high": 200}
 THRESHOLD = {"low": 0.7, "medium": 0.5, "high": 0.4}
 CAP_MS = {"low": 8000, "medium": 4000, "high": 2000}
 # Without the model, semantic_vad is server_vad with this silence (what it was before the model).
