@@ -103,6 +103,17 @@ async def assert_fits_phone_width(page: Page) -> None:
     assert widths["page"] <= PHONE_WIDTH and all(extra <= 0 for extra in widths["boxes"]), widths
 
 
+async def assert_in_view_unscrolled(page: Page, *targets: Any) -> None:
+    """Each target lies wholly inside the viewport with the page at its top: seen without scrolling."""
+    await page.evaluate("window.scrollTo(0, 0)")  # Playwright's clicks and fills scroll to their target
+    viewport = page.viewport_size
+    for target in targets:
+        box = await target.bounding_box()
+        assert box is not None, f"{target} is not shown"
+        inside = box["x"] >= 0 and box["y"] >= 0 and box["x"] + box["width"] <= viewport["width"]
+        assert inside and box["y"] + box["height"] <= viewport["height"], f"{target} at {box}, viewport {viewport}"
+
+
 def button(page: Page, name: str) -> Any:
     return page.get_by_role("button", name=name, exact=True)
 
@@ -135,6 +146,7 @@ async def test_talk_answer_names_the_camera_colour_and_the_talker_is_heard(
     await expect(first.locator(".asked")).to_have_text("What colour do you see?")
     await expect(first.locator(".answer")).to_contain_text(f"mostly {CAMERA_COLOUR[0]}", timeout=20_000)
     await expect(first.locator(".answer")).to_contain_text('You asked: "What colour do you see?"')
+    await assert_in_view_unscrolled(page, page.locator("#transcript"), page.get_by_label("Question", exact=True))
     # The turn ends when the talker finished speaking it on the RTP track.
     await expect(first).to_have_attribute("data-state", "done", timeout=45_000)
 
@@ -250,6 +262,7 @@ async def test_generate_plays_the_video_and_takes_a_prompt_change(
     await page.get_by_role("button", name="Generate", exact=True).click()
 
     await page.wait_for_function("() => document.getElementById('gen-video').videoWidth > 0", timeout=20_000)
+    await assert_in_view_unscrolled(page, page.get_by_label("Generated video"))
     red = await page.evaluate(VIDEO_COLOUR)
     assert red[0] > red[1] + 60 and red[0] > red[2] + 60, f"the video is not red: {red}"
     early = (await page.evaluate(INBOUND_STATS, ["generate", "video"]))["framesDecoded"]
@@ -345,6 +358,10 @@ async def test_state_and_meters_follow_the_microphone_and_the_talker_at_phone_wi
     await expect(turn(page, 0).locator(".meta")).to_contain_text("mic muted (push to talk)")
     await expect(button(page, "Interrupt")).to_be_enabled()
     await assert_fits_phone_width(page)
+    # At 390x844 the answer, the state, and what to press next are all in view, with the camera above.
+    in_view = [state, page.locator("#transcript"), page.get_by_label("Question", exact=True)]
+    in_view += [button(page, "Hold to talk"), button(page, "Interrupt"), page.get_by_label("Your camera")]
+    await assert_in_view_unscrolled(page, *in_view)
     await screenshot(page, artifacts, "talk-phone-speaking.png")
 
     # The talker finished: the turn is done, the page listens again and nothing is left to interrupt.
@@ -373,6 +390,10 @@ async def test_change_prompt_works_only_while_the_engine_generates(
     await expect(stop).to_be_enabled()
     await page.get_by_label("New prompt", exact=True).fill("a blue sea")
     await expect(change).to_be_enabled()
+    # At 390x844 the playing video is in view, under the prompt and Stop and over the new prompt.
+    await page.wait_for_function("() => document.getElementById('gen-video').videoWidth > 0", timeout=20_000)
+    video, new_prompt = page.get_by_label("Generated video"), page.get_by_label("New prompt", exact=True)
+    await assert_in_view_unscrolled(page, page.get_by_label("Prompt", exact=True), stop, video, new_prompt)
 
     # The engine has made every frame while they still play: a change has nothing left to apply to.
     await expect(page.locator("#gen-status")).to_contain_text("All 66 frames generated", timeout=20_000)
