@@ -38,6 +38,8 @@ const PTT_HINT =
   "Push to talk: the server hears your microphone only while you hold the button (or Space while it has focus). " +
   "Releasing it asks with what you said, and the text box if filled. A typed question goes without your voice. " +
   "A new question interrupts the answer in progress.";
+// The empty transcript says what to do next: how to connect (index.html), then this.
+const ASK_HINT = "Type a question below, or hold “Hold to talk” and speak: the answer appears here.";
 const OPEN_MIC_HINT =
   "Open mic: the server hears your microphone all the time; each question takes what it heard since the last one. " +
   "A new question interrupts the answer in progress.";
@@ -129,6 +131,7 @@ export class TalkView {
     this.pending = []; // sent, not yet bound to a request_id
     this.configState = "none"; // none | pending | applied | rejected
     this.framesBuffered = 0;
+    this.connectHint = this.transcript.querySelector(".empty").textContent;
     this.timers = [];
     this.pingSentAt = null;
     this.muteUntilRequest = null; // a locally interrupted turn whose audio is muted
@@ -323,6 +326,8 @@ export class TalkView {
     setText($("ptt-hint"), $("talk-open-mic").checked ? OPEN_MIC_HINT : PTT_HINT);
 
     const connected = Boolean(this.session);
+    const empty = this.transcript.querySelector(".empty");
+    if (empty) setText(empty, connected ? ASK_HINT : this.connectHint);
     const hasMic = Boolean(this.stream && this.stream.getAudioTracks().length);
     $("talk-connect").disabled = connected || this.connecting;
     $("talk-disconnect").disabled = !connected;

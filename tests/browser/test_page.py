@@ -220,6 +220,17 @@ async def test_push_to_talk_asks_with_what_the_microphone_heard(make_server: Any
     assert abs(float(heard.group(2)) - MIC_TONE_HZ) <= 0.05 * MIC_TONE_HZ, heard.group(0)
 
 
+async def test_the_empty_transcript_says_what_to_do_next(make_server: Any, open_page: PageFactory) -> None:
+    server = await make_server()
+    page = await open_page(server.url)
+    hint = page.locator("#transcript .empty")
+    await expect(hint).to_have_text(re.compile("^Connect, then"))
+    await connect_talk(page)
+    await expect(hint).to_have_text("Type a question below, or hold “Hold to talk” and speak: the answer appears here.")
+    await button(page, "Disconnect").click()
+    await expect(hint).to_have_text(re.compile("^Connect, then"))
+
+
 async def test_bad_settings_show_the_servers_error(make_server: Any, open_page: PageFactory) -> None:
     server = await make_server()
     page = await open_page(server.url)
