@@ -139,13 +139,24 @@ async def test_talk_answer_names_the_camera_colour_and_the_talker_is_heard(
 ) -> None:
     server = await make_server(spoken_sentences=2)  # ~4 s of the answer spoken; the text is all of it
     page = await open_page(server.url)
+    frames_setting = page.get_by_label("Frames per question", exact=True)
+    await expect(frames_setting).to_have_value("4")
+    await expect(frames_setting).to_have_accessible_description(re.compile("a still camera gives 1"))
     await connect_talk(page)
+    # The still camera's next sampled frame is filtered (EVS) as like the first one.
+    await page.wait_for_function("() => Number(document.getElementById('hud-filtered').textContent) >= 1")
     await ask(page, "What colour do you see?")
 
     first = turn(page, 0)
     await expect(first.locator(".asked")).to_have_text("What colour do you see?")
     await expect(first.locator(".answer")).to_contain_text(f"mostly {CAMERA_COLOUR[0]}", timeout=20_000)
     await expect(first.locator(".answer")).to_contain_text('You asked: "What colour do you see?"')
+    # The answer saw fewer frames than the setting asks for, and the turn says why.
+    seen = re.search(r"I see (\d+) frames? of", await first.locator(".answer").inner_text())
+    assert seen and int(seen.group(1)) < 4, await first.locator(".answer").inner_text()
+    await expect(first.locator(".meta")).to_contain_text(
+        f"{seen.group(1)} of 4 frames: similar frames are skipped (a still camera gives 1)"
+    )
     await assert_in_view_unscrolled(page, page.locator("#transcript"), page.get_by_label("Question", exact=True))
     # The turn ends when the talker finished speaking it on the RTP track.
     await expect(first).to_have_attribute("data-state", "done", timeout=45_000)
