@@ -85,6 +85,8 @@ class TurnDetection(BaseModel):
     silence_duration_ms: int = Field(500, ge=100, le=10_000)
     interrupt_response: bool = True
     eagerness: Literal["low", "medium", "high", "auto"] = "auto"
+    # Voice over an answer for this long cancels it; shorter, the answer resumes (None: --min-interruption-ms).
+    min_interruption_ms: int | None = Field(None, ge=0, le=5000)
 
 
 class SessionConfig(BaseModel):

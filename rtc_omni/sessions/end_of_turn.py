@@ -74,12 +74,13 @@ class EndOfTurn:
         return self._start_ms is not None
 
     def hear(self, event: TurnTakingEvent) -> bool:
-        """Whether the session hears of this VAD event: a turn's first speech, and noise or echo
-        outside a turn; the rest belongs to the open turn, which `ended` reports when it ends."""
+        """Whether the session hears of this VAD event: a turn's first speech, the voice within a
+        segment, and noise or echo outside a turn; pauses and resumptions belong to the open turn,
+        which `ended` reports when it ends."""
         if isinstance(event, SpeechStarted):
             return self._speech_started(event)
-        if isinstance(event, EchoIgnored) or not self.open:
-            return not self.open
+        if not isinstance(event, SpeechStopped) or not self.open:
+            return not (self.open and isinstance(event, EchoIgnored))  # the voice within a segment: barge-in's
         if self._end_ms is None and not event.is_speech:  # noise opened the turn: it was none
             self._start_ms = None
             return True

@@ -56,7 +56,7 @@ from .listening import Heard, Listening
 from .outputs import Talker
 from .realtime_response import CancelReason, EndStatus, RealtimeResponse
 from .session import Session
-from .turn_taking import TurnTakingEvent, vad_settings
+from .turn_taking import EchoIgnored, TurnTakingEvent, vad_settings
 
 if TYPE_CHECKING:
     from ..media.ingest import MediaSink
@@ -290,7 +290,8 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
 
     def _detect(self, detection: proto.TurnDetectionConfig | None) -> None:
         """The listening path's turn detection, with this session's settings."""
-        self._listening.detect(vad_settings(detection), self.talker.echo if self.talker is not None else None)
+        echo = self.talker.echo if self.talker is not None else None
+        self._listening.detect(vad_settings(detection, self.settings.min_interruption_ms), echo)
 
     def _append_audio(self, pcm16: bytes, event_id: str | None = None) -> None:
         """16 kHz audio into the listening path, whose events the loop handles in turn."""
@@ -313,8 +314,13 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         if isinstance(event, SpeechStarted):
             self._speech_item_id = proto.new_id("item")
             self._emit(proto.SpeechStarted(audio_start_ms=int(event.audio_start_ms), item_id=self._speech_item_id))
-            if self._listening.barges_in(event) and self._response is not None:
-                await self._interrupt(self._response, "turn_detected")
+        response = self._response
+        barge_in = self._listening.barge_in(event, answering=response is not None)
+        if response is not None and barge_in == "interrupt":
+            await self._interrupt(response, "turn_detected")
+        elif response is not None and barge_in is not None:
+            response.answer.judged(hold=barge_in == "hold")
+        if not isinstance(event, SpeechStopped | EchoIgnored):
             return
         item_id = self._speech_item_id or proto.new_id("item")
         if isinstance(event, SpeechStopped):

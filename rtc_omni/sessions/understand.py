@@ -45,7 +45,7 @@ from .inbox import WorkItem
 from .listening import Heard, Listening
 from .outputs import Talker
 from .session import Session
-from .turn_taking import TurnTakingEvent, vad_settings
+from .turn_taking import EchoIgnored, TurnTakingEvent, vad_settings
 
 if TYPE_CHECKING:
     from ..media.ingest import MediaSink
@@ -220,7 +220,8 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             config.turn_detection = detection
             self._error(proto.SEMANTIC_VAD_UNAVAILABLE, code="semantic_vad_unavailable")
         self.config = config
-        self._listening.detect(vad_settings(detection), self.talker.echo if self.talker is not None else None)
+        echo = self.talker.echo if self.talker is not None else None
+        self._listening.detect(vad_settings(detection, self.settings.min_interruption_ms), echo)
         self._explicit_config = explicit
         self._camera.frames.max_frames = config.max_frames
         self._dc_filter = FrameSimilarityFilter(config.frame_filter_threshold) if config.enable_frame_filter else None
@@ -347,8 +348,13 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             return
         if isinstance(event, SpeechStarted):
             self._emit(proto.SpeechStartedEvent(audio_start_ms=event.audio_start_ms))
-            if self._listening.barges_in(event) and self._turn is not None:
-                await self._cancel_turn(notify=True)
+        turn = self._turn
+        barge_in = self._listening.barge_in(event, answering=turn is not None)
+        if turn is not None and barge_in == "interrupt":
+            await self._cancel_turn(notify=True)
+        elif turn is not None and barge_in is not None:
+            turn.answer.judged(hold=barge_in == "hold")
+        if not isinstance(event, SpeechStopped | EchoIgnored):
             return
         if isinstance(event, SpeechStopped):
             self._emit(proto.SpeechStoppedEvent(audio_end_ms=event.audio_end_ms))
