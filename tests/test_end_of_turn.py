@@ -13,7 +13,7 @@ from rtc_omni.media.vad import SpeechStarted, SpeechStopped
 from rtc_omni.pcm import INPUT_BYTES_PER_MS
 from rtc_omni.sessions.audio_buffer import AudioBuffer
 from rtc_omni.sessions.end_of_turn import EndOfTurn, Predictor
-from rtc_omni.sessions.turn_taking import CAP_MS, EchoIgnored, Semantic
+from rtc_omni.sessions.turn_taking import CAP_MS, EchoIgnored, Semantic, SpeechLasted, VoicePaused, VoiceResumed
 from rtc_omni.tasks import TaskSet
 
 HIGH = Semantic("high")  # threshold 0.4, cap 2 s
@@ -159,6 +159,15 @@ async def test_noise_or_echo_during_a_held_turn_is_part_of_it() -> None:
     await turns.settle()
     turns.end_of_turn.heard_until(2400 + CAP_MS["high"])
     assert turns.ended == [SpeechStopped(1000, 2400, True)]
+
+
+async def test_the_voice_within_a_segment_reaches_the_session_for_barge_in() -> None:
+    turns = Turns(Stub(0.1))
+    turns.speak(1000, 2400)
+    await turns.settle()
+    assert not turns.end_of_turn.hear(SpeechStarted(2800))  # the turn goes on
+    for event in (SpeechLasted(2800), VoicePaused(3100), VoiceResumed(3200)):
+        assert turns.end_of_turn.hear(event)
 
 
 async def test_a_failing_or_slow_model_leaves_the_pause_to_end_the_turn() -> None:

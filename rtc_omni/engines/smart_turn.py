@@ -7,7 +7,7 @@ each pause. The weights are the ONNX file inside the `pipecat-ai` 1.14.0 wheel, 
 against the published size and SHA-256, never downloaded at run time.
 
 Cost is bounded: one inference at a time in the whole process, on one CPU thread, off the event
-loop (~15 ms of features and ~45 ms of ONNX on 8 s of audio; benchmarks/turn_end.py).
+loop (~4 ms of features and ~35 ms of ONNX, CPU, on 8 s of audio; benchmarks/turn_end.py).
 """
 
 from __future__ import annotations

@@ -47,6 +47,22 @@ def mel_filters() -> np.ndarray:
 
 
 @functools.cache
+def _bands() -> tuple[tuple[int, int, np.ndarray], ...]:
+    """Each mel filter as the span of FFT bins where it is non-zero, and its weights there."""
+    spans = []
+    for weights in mel_filters():
+        bins = np.flatnonzero(weights)
+        spans.append((int(bins[0]), int(bins[-1]) + 1, weights[bins[0] : bins[-1] + 1]))
+    return tuple(spans)
+
+
+def _mel(power: np.ndarray) -> np.ndarray:
+    """(N_MELS, frames) from (frames, bins) power, band by band: as one matrix product, BLAS
+    threads spin beside the model's run and double the CPU an inference costs."""
+    return np.stack([(power[:, first:end] * weights).sum(axis=1) for first, end, weights in _bands()])
+
+
+@functools.cache
 def _window() -> np.ndarray:
     return np.hanning(N_FFT + 1)[:-1]  # periodic, as torch.hann_window
 
@@ -62,6 +78,6 @@ def log_mel(samples: np.ndarray, seconds: int) -> np.ndarray:
     padded = np.pad(audio.astype(np.float64), N_FFT // 2, mode="reflect")
     frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP][:-1]  # the last frame is dropped
     power = np.abs(np.fft.rfft(frames * _window(), axis=-1)) ** 2
-    log_spec = np.log10(np.maximum(mel_filters() @ power.T, _LOG_FLOOR))
+    log_spec = np.log10(np.maximum(_mel(power), _LOG_FLOOR))
     log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
     return ((log_spec + 4.0) / 4.0).astype(np.float32)
