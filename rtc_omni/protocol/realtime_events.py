@@ -27,7 +27,16 @@ from pydantic import (
     model_validator,
 )
 
-from .codec import NestedTooDeep, Refusal, ServerEvent, TypedMessage, UnknownMessage, load_json, message_parser
+from .codec import (
+    IdleTimeoutMs,
+    NestedTooDeep,
+    Refusal,
+    ServerEvent,
+    TypedMessage,
+    UnknownMessage,
+    load_json,
+    message_parser,
+)
 from .validation import describe_validation_error, field_path, quoted, shortened
 
 WEBSOCKET_PATH = "/v1/realtime"
@@ -68,6 +77,10 @@ TRANSCRIPTION_UNAVAILABLE = (
     "Input transcription is not available on this server (no recogniser for its engine): "
     "audio.input.transcription is off, and audio items keep no transcript. With the synthetic engine, "
     "install the recogniser (pip install 'rtc-omni[transcribe]') and restart the server"
+)
+NOISE_REDUCTION_UNAVAILABLE = (
+    "Noise reduction is not available on this server (RNNoise is not installed): "
+    "audio.input.noise_reduction is off. Install it (pip install 'rtc-omni[denoise]') and restart the server"
 )
 TRANSCRIPTION_BACKLOG = "Input transcription is behind: too many committed audio items are waiting"
 OUTPUT_AUDIO_CLEAR_WEBRTC_ONLY = "output_audio_buffer.clear is for WebRTC calls; over WebSocket send response.cancel"
@@ -134,7 +147,8 @@ class AudioFormat(Known):
 
 class TurnDetectionConfig(Known):
     """Server VAD with OpenAI's names and defaults; `semantic_vad` runs the same VAD, its silence
-    taken from `eagerness` (SEMANTIC_SILENCE_MS)."""
+    taken from `eagerness` (SEMANTIC_SILENCE_MS). `idle_timeout_ms` prompts a silent user (both
+    types: OpenAI offers it with `server_vad` only)."""
 
     type: Literal["server_vad", "semantic_vad"]
     threshold: float = Field(0.5, ge=0.0, le=1.0)
@@ -143,7 +157,7 @@ class TurnDetectionConfig(Known):
     create_response: bool = True
     interrupt_response: bool = True
     eagerness: Literal["low", "medium", "high", "auto"] = "auto"
-    idle_timeout_ms: PassedThrough = None
+    idle_timeout_ms: Annotated[IdleTimeoutMs | None, Field(exclude_if=_unset)] = None
 
     @property
     def silence_ms(self) -> int:
@@ -151,6 +165,15 @@ class TurnDetectionConfig(Known):
 
 
 SEMANTIC_SILENCE_MS = {"low": 1000, "medium": 600, "auto": 600, "high": 350}
+
+
+class NoiseReductionConfig(Known):
+    """`audio.input.noise_reduction`: RNNoise on the microphone before everything else hears it; both
+    types run the same model (docs/turn-taking.md). `strength` 1 is RNNoise alone, lower keeps some
+    of the input."""
+
+    type: Literal["near_field", "far_field"] = "near_field"
+    strength: float = Field(1.0, ge=0.0, le=1.0)
 
 
 class TranscriptionConfig(Known):
@@ -168,7 +191,7 @@ class AudioInputConfig(Known):
     format: AudioFormat = Field(default_factory=AudioFormat)
     turn_detection: TurnDetectionConfig | None = None
     transcription: TranscriptionConfig | None = None
-    noise_reduction: PassedThrough = None
+    noise_reduction: NoiseReductionConfig | None = None
 
 
 class AudioOutputConfig(Known):
@@ -758,6 +781,13 @@ class SpeechStarted(RealtimeEvent):
 
 class SpeechStopped(RealtimeEvent):
     type: ClassVar[str] = "input_audio_buffer.speech_stopped"
+    audio_end_ms: int
+    item_id: str
+
+
+class TimeoutTriggered(RealtimeEvent):
+    type: ClassVar[str] = "input_audio_buffer.timeout_triggered"
+    audio_start_ms: int
     audio_end_ms: int
     item_id: str
 

@@ -29,6 +29,7 @@ class VadSettings:
     prefix_padding_ms: int = 300
     silence_ms: int = 500
     interrupt_response: bool = True
+    idle_timeout_ms: int | None = None  # prompt the user after this much silence (idle_prompt.py)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from ..engines.engine import (
     UnderstandEngine,
     UnderstandTurn,
 )
+from ..media import denoise
 from ..media.evs import FrameSimilarityFilter
 from ..media.images import ImageTooLarge, open_image
 from ..media.vad import SpeechStarted, SpeechStopped
@@ -40,6 +41,7 @@ from ..protocol.codec import Refusal
 from .answer import Answer, Failure, Outcome
 from .camera import Camera, engine_frames, now_ms
 from .frame_buffer import BufferedFrame
+from .idle_prompt import IdleTimeout
 from .inbox import WorkItem
 from .listening import Heard, Listening
 from .outputs import Talker
@@ -206,8 +208,13 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
     def _apply_config(self, config: proto.SessionConfig, *, explicit: bool) -> None:
         if not explicit and self.settings.turn_detection == "server_vad":
             config.turn_detection = proto.TurnDetection()
+        if not explicit and self.settings.noise_reduction != "none":
+            config.noise_reduction = proto.NoiseReduction(type=self.settings.noise_reduction)
         if self.strict_reference:
             config.audio_events = True  # the reference's only way to return speech
+        if config.noise_reduction is not None and not denoise.available():
+            config.noise_reduction = None
+            self._error(proto.NOISE_REDUCTION_UNAVAILABLE, detail=proto.NOISE_REDUCTION_HINT)
         self.config = config
         detection = config.turn_detection
         self._listening.detect(
@@ -218,9 +225,11 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
                 detection.prefix_padding_ms,
                 detection.silence_duration_ms,
                 detection.interrupt_response,
+                detection.idle_timeout_ms,
             ),
             self.talker.echo if self.talker is not None else None,
         )
+        self._listening.suppress_noise(config.noise_reduction.strength if config.noise_reduction else None)
         self._explicit_config = explicit
         self._camera.frames.max_frames = config.max_frames
         self._dc_filter = FrameSimilarityFilter(config.frame_filter_threshold) if config.enable_frame_filter else None
@@ -341,9 +350,17 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         if not self._listening.hear(pcm16):
             self._error(proto.AUDIO_BUFFER_OVERFLOW)
 
-    async def _on_heard(self, event: TurnTakingEvent) -> None:
-        """Server VAD: announce speech, barge in on the talker, and answer the utterance it ends."""
+    async def _on_heard(self, event: TurnTakingEvent | IdleTimeout) -> None:
+        """Server VAD: announce speech, barge in on the talker, and answer the utterance it ends; after
+        `idle_timeout_ms` of silence, answer that silence."""
         if self._listening.detection is None:
+            return
+        if isinstance(event, IdleTimeout):
+            if self._turn is None:
+                self._emit(
+                    proto.TimeoutTriggeredEvent(audio_start_ms=event.audio_start_ms, audio_end_ms=event.audio_end_ms)
+                )
+                await self._start_turn("", audio=self._listening.silence(event), speech_ms=None)
             return
         if isinstance(event, SpeechStarted):
             self._emit(proto.SpeechStartedEvent(audio_start_ms=event.audio_start_ms))
@@ -409,6 +426,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             )
 
         self._turn = turn
+        self._listening.busy()
         self._emit(proto.ResponseStart(request_id=answer.request_id))
         answer.start(self._tasks.spawn, build)
 
@@ -417,6 +435,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         turn, self._turn = self._turn, None
         if turn is None or await turn.answer.interrupt() is None:
             return
+        self._listening.answered(0.0)
         if notify:
             self._emit(proto.ResponseCancelled(request_id=turn.answer.request_id))
 
@@ -462,10 +481,13 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         self._history.append({"role": "user", "content": turn.query})
         self._history.append({"role": "assistant", "content": answer.text})
         self._turn = None
+        assert self.config is not None
+        self._listening.answered(answer.playback_left_ms if self.config.audio_events else 0.0)
 
     def on_failed(self, answer: Answer, failure: Failure) -> None:
         turn = self._turn_of(answer)
         self._turn = None
+        self._listening.answered(0.0)
         message = proto.ENGINE_STALLED if failure.kind == "stalled" else proto.QUERY_PROCESSING_FAILED
         self._error(message, request_id=answer.request_id, detail=failure.detail)
         if not turn.text_done_sent:
