@@ -25,6 +25,7 @@ MAX_WORKERS = 256
 # (RFC 6716 code 1); an offer's a=ptime or a=maxptime caps the choice (signaling/ptime.py).
 TALKER_PACKET_MS_CHOICES = (20, 40, 60, 120)
 DEFAULT_TALKER_PACKET_MS = 120
+DEFAULT_MIN_INTERRUPTION_MS = 400  # a cough or a click is shorter, "wait, stop" longer
 
 
 class Settings(BaseModel):
@@ -171,7 +172,17 @@ class Settings(BaseModel):
         description="Milliseconds of speech in each talker packet: 20, 40, 60 or 120 (an offer's a=ptime or "
         "a=maxptime can only lower it). Longer packets cost the server and the peer less per second of speech "
         "and delay nothing (the talker has its audio before its time); an interrupt can leave one packet "
-        "playing at the peer, and a plain aiortc receiver holds four (docs/protocol.md, Talker packet time).",
+        "playing at the peer; an interrupt sends short silent packets at once, so a plain aiortc receiver, which "
+        "holds four, stops too (docs/protocol.md, Talker packet time).",
+    )
+    min_interruption_ms: int = Field(
+        DEFAULT_MIN_INTERRUPTION_MS,
+        ge=0,
+        le=5000,
+        description="Milliseconds of voice over an answer before server turn detection cancels it: the answer's "
+        "speech pauses as soon as the user's voice starts, and resumes where it stopped if the voice ends sooner "
+        "(a cough, a click, a short 'mm'), which is then no turn. 0: any voice cancels at once. A session's "
+        "turn_detection.min_interruption_ms overrides it (docs/turn-taking.md).",
     )
     max_image_pixels: int = Field(
         1920 * 1080,

@@ -84,6 +84,8 @@ class TurnDetection(BaseModel):
     prefix_padding_ms: int = Field(300, ge=0, le=5000)
     silence_duration_ms: int = Field(500, ge=100, le=10_000)
     interrupt_response: bool = True
+    # Voice over an answer for this long cancels it; shorter, the answer resumes (None: --min-interruption-ms).
+    min_interruption_ms: int | None = Field(None, ge=0, le=5000)
     idle_timeout_ms: IdleTimeoutMs | None = None  # prompt a silent user (docs/turn-taking.md)
 
 

@@ -5,12 +5,18 @@ through the server VAD and its echo check, with the idle clock running beside th
 What the VAD hears is queued as work in the session's inbox (`Heard`), in order with the client's
 messages, the same way for every session kind; the session's loop then asks this path what the
 event means: a barge-in, an utterance to answer, or noise and echo to forget.
+
+A barge-in is judged before it cancels anything (`barge_in`): voice over an answer holds the
+answer's speech at once; voice that lasts `min_interruption_ms` cancels it; voice that stops sooner
+(a cough, a click, a short "mm") releases it where it stopped, and that segment is no turn unless
+the voice comes back (held again) and lasts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from .. import metrics
 from ..media.denoise import NoiseSuppressor
@@ -20,7 +26,9 @@ from ..pcm import INPUT_BYTES_PER_MS, MAX_AUDIO_BUFFER_BYTES
 from .audio_buffer import AudioBuffer
 from .idle_prompt import IdleClock, IdleTimeout
 from .inbox import WorkItem
-from .turn_taking import ServerVad, TurnTakingEvent, VadSettings
+from .turn_taking import EchoIgnored, ServerVad, SpeechLasted, TurnTakingEvent, VadSettings, VoicePaused, VoiceResumed
+
+BargeIn = Literal["hold", "release", "interrupt"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,7 @@ class Listening:
         self._user_speaking = False
         self._denoiser: NoiseSuppressor | None = None
         self._queue_work = queue_work
+        self._barge: Literal["none", "judging", "false"] = "none"  # the current segment over an answer
 
     @property
     def position_ms(self) -> float:
@@ -53,6 +62,7 @@ class Listening:
         """Turn detection with these settings from now on (a fresh VAD, a silence starting), or none."""
         self.detection = detection
         self._vad = ServerVad(detection, echo) if detection is not None else None
+        self._barge = "none"
         self._user_speaking = False
         timeout_ms = detection.idle_timeout_ms if detection is not None else None
         self._idle = IdleClock(timeout_ms) if timeout_ms is not None else None
@@ -103,16 +113,31 @@ class Listening:
         if self._idle is not None and not self._user_speaking:
             self._idle.start(at_ms)
 
-    def barges_in(self, event: TurnTakingEvent) -> bool:
-        """Whether speech starting now interrupts an answer in progress."""
-        return isinstance(event, SpeechStarted) and self.detection is not None and self.detection.interrupt_response
+    def barge_in(self, event: TurnTakingEvent, answering: bool) -> BargeIn | None:
+        """What `event` does to the answer in progress (`answering`): hold its speech while the
+        voice is judged, release it (no speech), interrupt it (speech); None: nothing."""
+        if isinstance(event, SpeechStarted):
+            interrupts = self.detection is not None and self.detection.interrupt_response
+            self._barge = "judging" if interrupts and answering else "none"
+            return "hold" if self._barge == "judging" else None
+        if isinstance(event, SpeechLasted) and self._barge != "none":
+            self._barge = "none"  # speech: the segment is a turn like any other
+            return "interrupt"
+        if isinstance(event, VoicePaused) and self._barge == "judging":
+            self._barge = "false"
+            return "release"
+        if isinstance(event, VoiceResumed) and self._barge == "false":
+            self._barge = "judging"
+            return "hold"
+        return None
 
     def utterance(self, event: TurnTakingEvent) -> bytes | None:
         """At the end of speech, the utterance with its prefix padding, taken out of the buffer;
         None for anything else, and the audio of noise or of the talker's echo is forgotten."""
-        if isinstance(event, SpeechStarted) or self.detection is None:
+        if not isinstance(event, SpeechStopped | EchoIgnored) or self.detection is None:
             return None
-        if isinstance(event, SpeechStopped) and event.is_speech:
+        false_barge_in, self._barge = self._barge == "false", "none"
+        if isinstance(event, SpeechStopped) and event.is_speech and not false_barge_in:
             return self.audio.take_range(event.audio_start_ms - self.detection.prefix_padding_ms, event.audio_end_ms)
         self.audio.drop_until(event.audio_end_ms)
         return None

@@ -57,7 +57,7 @@ from .listening import Heard, Listening
 from .outputs import Talker
 from .realtime_response import CancelReason, EndStatus, RealtimeResponse
 from .session import Session
-from .turn_taking import TurnTakingEvent, VadSettings
+from .turn_taking import EchoIgnored, TurnTakingEvent, VadSettings
 
 if TYPE_CHECKING:
     from ..media.ingest import MediaSink
@@ -286,7 +286,8 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
                 detection.prefix_padding_ms,
                 detection.silence_ms,
                 detection.interrupt_response,
-                detection.idle_timeout_ms,
+                min_interruption_ms=self.settings.min_interruption_ms,
+                idle_timeout_ms=detection.idle_timeout_ms,
             )
         )
         self._listening.detect(settings, self.talker.echo if self.talker is not None else None)
@@ -318,8 +319,13 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         if isinstance(event, SpeechStarted):
             self._speech_item_id = proto.new_id("item")
             self._emit(proto.SpeechStarted(audio_start_ms=int(event.audio_start_ms), item_id=self._speech_item_id))
-            if self._listening.barges_in(event) and self._response is not None:
-                await self._interrupt(self._response, "turn_detected")
+        response = self._response
+        barge_in = self._listening.barge_in(event, answering=response is not None)
+        if response is not None and barge_in == "interrupt":
+            await self._interrupt(response, "turn_detected")
+        elif response is not None and barge_in is not None:
+            response.answer.judged(hold=barge_in == "hold")
+        if not isinstance(event, SpeechStopped | EchoIgnored):
             return
         item_id = self._speech_item_id or proto.new_id("item")
         if isinstance(event, SpeechStopped):

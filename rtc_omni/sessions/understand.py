@@ -46,7 +46,7 @@ from .inbox import WorkItem
 from .listening import Heard, Listening
 from .outputs import Talker
 from .session import Session
-from .turn_taking import TurnTakingEvent, VadSettings
+from .turn_taking import EchoIgnored, TurnTakingEvent, VadSettings
 
 if TYPE_CHECKING:
     from ..media.ingest import MediaSink
@@ -225,7 +225,10 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
                 detection.prefix_padding_ms,
                 detection.silence_duration_ms,
                 detection.interrupt_response,
-                detection.idle_timeout_ms,
+                min_interruption_ms=self.settings.min_interruption_ms
+                if detection.min_interruption_ms is None
+                else detection.min_interruption_ms,
+                idle_timeout_ms=detection.idle_timeout_ms,
             ),
             self.talker.echo if self.talker is not None else None,
         )
@@ -364,8 +367,13 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             return
         if isinstance(event, SpeechStarted):
             self._emit(proto.SpeechStartedEvent(audio_start_ms=event.audio_start_ms))
-            if self._listening.barges_in(event) and self._turn is not None:
-                await self._cancel_turn(notify=True)
+        turn = self._turn
+        barge_in = self._listening.barge_in(event, answering=turn is not None)
+        if turn is not None and barge_in == "interrupt":
+            await self._cancel_turn(notify=True)
+        elif turn is not None and barge_in is not None:
+            turn.answer.judged(hold=barge_in == "hold")
+        if not isinstance(event, SpeechStopped | EchoIgnored):
             return
         if isinstance(event, SpeechStopped):
             self._emit(proto.SpeechStoppedEvent(audio_end_ms=event.audio_end_ms))
