@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from .event_loop import EventLoopChoice
+from .media import denoise
 from .protocol.validation import describe_validation_error
 
 ENV_PREFIX = "RTC_OMNI_"
@@ -148,6 +149,11 @@ class Settings(BaseModel):
         "auto",
         description="Semantic turn detection's model: 'auto' runs Smart Turn v3.2 when the [turn] extra is "
         "installed; 'none' turns it off, and semantic_vad falls back to silence.",
+    )
+    noise_reduction: Literal["none", "near_field", "far_field"] = Field(
+        "none",
+        description="Noise suppression (RNNoise, the [denoise] extra) for sessions that never send session.config "
+        "(e.g. WHIP publishers): the microphone is cleaned before turn detection and the model hear it.",
     )
     websocket_audio_events: Literal["response.audio", "response.output_audio"] = Field(
         "response.audio",
@@ -307,6 +313,12 @@ class Settings(BaseModel):
     def _default_model(self) -> Settings:
         if self.model is None and self.engine != "remote":
             self.model = "synthetic"
+        return self
+
+    @model_validator(mode="after")
+    def _check_noise_reduction(self) -> Settings:
+        if self.noise_reduction != "none" and not denoise.available():
+            raise ValueError(f"--noise-reduction needs RNNoise: {denoise.INSTALL_HINT}")
         return self
 
     @model_validator(mode="after")

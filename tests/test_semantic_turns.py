@@ -132,3 +132,14 @@ async def test_the_legacy_protocol_keeps_one_turn_across_a_pause(server: Running
     lasted = float(re.search(r"speech segment lasted ([\d.]+) seconds", done["text"]).group(1))
     spoken = len(speech16k(PREFIX)) / 32_000 + 1.5 + len(speech16k(REST)) / 32_000
     assert abs(lasted - spoken) <= 0.15
+
+
+async def test_without_the_model_the_legacy_protocol_says_so(make_server: ServerFactory, make_ws: WsFactory) -> None:
+    server = await make_server(end_of_turn_model="none")
+    client = await make_ws(server, "/v1/video/chat/stream")
+    await client.send({"type": "session.config", "turn_detection": {"type": "semantic_vad", "eagerness": "high"}})
+    error = await client.wait_event("error")
+
+    assert error["code"] == "semantic_vad_unavailable" and "pip install 'rtc-omni[turn]'" in error["detail"]
+    session = server.registry.get(next(iter(server.registry))).session
+    assert session.stats()["turn_detection"] == "server_vad"

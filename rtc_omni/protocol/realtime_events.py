@@ -27,7 +27,16 @@ from pydantic import (
     model_validator,
 )
 
-from .codec import NestedTooDeep, Refusal, ServerEvent, TypedMessage, UnknownMessage, load_json, message_parser
+from .codec import (
+    IdleTimeoutMs,
+    NestedTooDeep,
+    Refusal,
+    ServerEvent,
+    TypedMessage,
+    UnknownMessage,
+    load_json,
+    message_parser,
+)
 from .validation import describe_validation_error, field_path, quoted, shortened
 
 WEBSOCKET_PATH = "/v1/realtime"
@@ -73,6 +82,10 @@ SEMANTIC_VAD_UNAVAILABLE = (
     "Semantic turn detection is not available on this server (no end-of-turn model): turn_detection is "
     "server_vad, its silence taken from the eagerness. Install the model (pip install 'rtc-omni[turn]') "
     "and restart the server"
+)
+NOISE_REDUCTION_UNAVAILABLE = (
+    "Noise reduction is not available on this server (RNNoise is not installed): "
+    "audio.input.noise_reduction is off. Install it (pip install 'rtc-omni[denoise]') and restart the server"
 )
 TRANSCRIPTION_BACKLOG = "Input transcription is behind: too many committed audio items are waiting"
 OUTPUT_AUDIO_CLEAR_WEBRTC_ONLY = "output_audio_buffer.clear is for WebRTC calls; over WebSocket send response.cancel"
@@ -139,7 +152,8 @@ class AudioFormat(Known):
 
 class TurnDetectionConfig(Known):
     """Server VAD with OpenAI's names and defaults; `semantic_vad` adds the end-of-turn model, its
-    eagerness setting how soon a pause ends the turn (sessions/end_of_turn.py)."""
+    eagerness setting how soon a pause ends the turn (sessions/end_of_turn.py). `idle_timeout_ms`
+    prompts a silent user (both types: OpenAI offers it with `server_vad` only)."""
 
     type: Literal["server_vad", "semantic_vad"]
     threshold: float = Field(0.5, ge=0.0, le=1.0)
@@ -148,7 +162,16 @@ class TurnDetectionConfig(Known):
     create_response: bool = True
     interrupt_response: bool = True
     eagerness: Literal["low", "medium", "high", "auto"] = "auto"
-    idle_timeout_ms: PassedThrough = None
+    idle_timeout_ms: Annotated[IdleTimeoutMs | None, Field(exclude_if=_unset)] = None
+
+
+class NoiseReductionConfig(Known):
+    """`audio.input.noise_reduction`: RNNoise on the microphone before everything else hears it; both
+    types run the same model (docs/turn-taking.md). `strength` 1 is RNNoise alone, lower keeps some
+    of the input."""
+
+    type: Literal["near_field", "far_field"] = "near_field"
+    strength: float = Field(1.0, ge=0.0, le=1.0)
 
 
 class TranscriptionConfig(Known):
@@ -166,7 +189,7 @@ class AudioInputConfig(Known):
     format: AudioFormat = Field(default_factory=AudioFormat)
     turn_detection: TurnDetectionConfig | None = None
     transcription: TranscriptionConfig | None = None
-    noise_reduction: PassedThrough = None
+    noise_reduction: NoiseReductionConfig | None = None
 
 
 class AudioOutputConfig(Known):
@@ -756,6 +779,13 @@ class SpeechStarted(RealtimeEvent):
 
 class SpeechStopped(RealtimeEvent):
     type: ClassVar[str] = "input_audio_buffer.speech_stopped"
+    audio_end_ms: int
+    item_id: str
+
+
+class TimeoutTriggered(RealtimeEvent):
+    type: ClassVar[str] = "input_audio_buffer.timeout_triggered"
+    audio_start_ms: int
     audio_end_ms: int
     item_id: str
 

@@ -28,7 +28,7 @@ from ..engines.engine import (
     UnderstandTurn,
     Usage,
 )
-from ..pcm import float_to_pcm16
+from ..pcm import TALKER_SAMPLE_RATE, float_to_pcm16, pcm16_ms
 from ..protocol.validation import error_text
 from .engine_stream import stall_bounded
 from .outputs import Talker
@@ -101,6 +101,7 @@ class Answer:
         self.talker = talker
         self.text = ""
         self.audio_seen = False
+        self.audio_ms = 0.0  # of speech the engine gave
         self.speaking = False  # its speech reached the talker
         self.engine_finished = False
         self.usage: Usage | None = None  # the engine's count, when it gives one
@@ -111,6 +112,12 @@ class Answer:
         self._task: asyncio.Task[None] | None = None
         self._tally = tally  # the session's own count of its answers' outcomes
         self._hold_limit: asyncio.TimerHandle | None = None
+
+    @property
+    def playback_left_ms(self) -> float:
+        """How much of its speech the client may still be playing once it has ended: none when the
+        talker played it out, all of it when it went out as events (the client plays it after)."""
+        return 0.0 if self.speaking else self.audio_ms
 
     @property
     def running(self) -> bool:
@@ -208,6 +215,7 @@ class Answer:
                 if not self.audio_seen:
                     metrics.TIME_TO_FIRST_AUDIO.observe(time.monotonic() - started)
                 pcm16 = float_to_pcm16(output.samples.reshape(-1))
+                self.audio_ms += pcm16_ms(pcm16, TALKER_SAMPLE_RATE)
                 self._events.on_audio(self, pcm16, first=not self.audio_seen)
                 self.audio_seen = True
                 if self.talker is not None and pcm16:

@@ -40,6 +40,7 @@ from ..engines.engine import (
     calls_tools,
     transcriber_of,
 )
+from ..media import denoise
 from ..media.images import open_image
 from ..media.pcm_resample import PcmStream, convert
 from ..media.vad import SpeechStarted, SpeechStopped
@@ -51,6 +52,7 @@ from .answer import Answer, Failure, Outcome
 from .camera import Camera, engine_frames
 from .conversation import MAX_TURN_IMAGES, Context, Conversation, Item, Part, context_of
 from .end_of_turn import fallback_silence_ms
+from .idle_prompt import IdleTimeout
 from .inbox import WorkItem
 from .listening import Heard, Listening
 from .outputs import Talker
@@ -71,12 +73,7 @@ MAX_OUT_OF_BAND_RESPONSES = 4  # out-of-band responses running beside the conver
 TOOL_OUTPUT_WAIT_S = 30.0
 
 SessionState = Literal["active", "closed"]
-
-# A setting reported off because this server cannot honour it: the error's message and param.
-_UNAVAILABLE = {
-    "transcription": (proto.TRANSCRIPTION_UNAVAILABLE, "session.audio.input.transcription"),
-    "semantic_vad": (proto.SEMANTIC_VAD_UNAVAILABLE, "session.audio.input.turn_detection.type"),
-}
+InputField = Literal["transcription", "noise_reduction"]
 
 
 @dataclass(frozen=True)
@@ -126,7 +123,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             self._transcriber = transcriber_of(self.engine)
         self._transcriptions: asyncio.Queue[Item] = asyncio.Queue(MAX_PENDING_TRANSCRIPTIONS)
         self._transcribing: asyncio.Task[None] | None = None
-        self.config, self._transcription_refused = self._honour_transcription(
+        self.config, self._inputs_refused = self._honour_inputs(
             proto.SessionConfig().updated(self.initial_config or {})
         )
         self.config, self._tools_refused = self._honour_tools(self.config)
@@ -134,6 +131,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         self._conversation = Conversation()
         self._listening = Listening(self._queue_work, self._tasks.spawn)
         self._detect(self.config.audio.input.turn_detection)
+        self._suppress_noise(self.config.audio.input.noise_reduction)
         self._input = _input_stream()
         self._response: RealtimeResponse | None = None  # the conversation's, at most one
         self._out_of_band: dict[str, RealtimeResponse] = {}
@@ -147,12 +145,12 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
 
     def start(self) -> None:
         self._emit(proto.SessionCreated(session=self.config.to_wire()))
-        if self._transcription_refused:
-            self._unavailable("transcription", event_id=None)
+        for field in self._inputs_refused:
+            self._input_unavailable(field, event_id=None)
         if self._tools_refused:
             self._tools_unavailable("session.tools", event_id=None)
         if self._semantic_refused:
-            self._unavailable("semantic_vad", event_id=None)
+            self._semantic_vad_unavailable(event_id=None)
         super().start()
 
     # ----------------------------------------------------------------- lifecycle
@@ -244,26 +242,33 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             param = ".".join(["session", field_path(loc)]) if loc else "session"
             self._error(text, code="invalid_value", event_id=message.event_id, param=param)
             return
-        config, refused = self._honour_transcription(config)
+        config, inputs_refused = self._honour_inputs(config)
         config, tools_refused = self._honour_tools(config)
         config, semantic_refused = self._honour_turn_detection(config)
         detection = config.audio.input.turn_detection
         if detection != self.config.audio.input.turn_detection:
             self._detect(detection)
+        self._suppress_noise(config.audio.input.noise_reduction)
         self.config = config
         self._emit(proto.SessionUpdated(session=config.to_wire()))
-        if refused:
-            self._unavailable("transcription", message.event_id)
+        for field in inputs_refused:
+            self._input_unavailable(field, message.event_id)
         if tools_refused:
             self._tools_unavailable("session.tools", message.event_id)
         if semantic_refused:
-            self._unavailable("semantic_vad", message.event_id)
+            self._semantic_vad_unavailable(message.event_id)
 
-    def _honour_transcription(self, config: proto.SessionConfig) -> tuple[proto.SessionConfig, bool]:
-        """Without a recogniser, asked-for transcription is reported off (null); True when so refused."""
-        if config.audio.input.transcription is None or self._transcriber is not None:
-            return config, False
-        return config.updated({"audio": {"input": {"transcription": None}}}), True
+    def _honour_inputs(self, config: proto.SessionConfig) -> tuple[proto.SessionConfig, list[InputField]]:
+        """Input processing asked for that this server cannot give (no recogniser for its engine, no RNNoise
+        installed) is reported off (null); the fields so refused."""
+        able: dict[InputField, bool] = {
+            "transcription": self._transcriber is not None,
+            "noise_reduction": denoise.available(),
+        }
+        refused = [field for field, ok in able.items() if not ok and getattr(config.audio.input, field) is not None]
+        if refused:
+            config = config.updated({"audio": {"input": dict.fromkeys(refused)}})
+        return config, refused
 
     def _honour_tools(self, config: proto.SessionConfig) -> tuple[proto.SessionConfig, bool]:
         """An engine that calls no tools gets none: they are reported empty; True when so refused."""
@@ -283,15 +288,21 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
     def _tools_unavailable(self, param: str, event_id: str | None) -> None:
         self._error(proto.TOOLS_UNAVAILABLE, code="tools_unavailable", event_id=event_id, param=param)
 
-    def _unavailable(self, setting: Literal["transcription", "semantic_vad"], event_id: str | None) -> None:
-        """A setting this server cannot honour was reported off; the error says why."""
-        message, param = _UNAVAILABLE[setting]
-        self._error(message, code=f"{setting}_unavailable", event_id=event_id, param=param)
+    def _semantic_vad_unavailable(self, event_id: str | None) -> None:
+        param = "session.audio.input.turn_detection.type"
+        self._error(proto.SEMANTIC_VAD_UNAVAILABLE, code="semantic_vad_unavailable", event_id=event_id, param=param)
+
+    def _input_unavailable(self, field: InputField, event_id: str | None) -> None:
+        message = proto.TRANSCRIPTION_UNAVAILABLE if field == "transcription" else proto.NOISE_REDUCTION_UNAVAILABLE
+        self._error(message, code=f"{field}_unavailable", event_id=event_id, param=f"session.audio.input.{field}")
 
     def _detect(self, detection: proto.TurnDetectionConfig | None) -> None:
         """The listening path's turn detection, with this session's settings."""
         echo = self.talker.echo if self.talker is not None else None
         self._listening.detect(vad_settings(detection, self.settings.min_interruption_ms), echo)
+
+    def _suppress_noise(self, noise_reduction: proto.NoiseReductionConfig | None) -> None:
+        self._listening.suppress_noise(noise_reduction.strength if noise_reduction is not None else None)
 
     def _append_audio(self, pcm16: bytes, event_id: str | None = None) -> None:
         """16 kHz audio into the listening path, whose events the loop handles in turn."""
@@ -306,10 +317,13 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         else:
             await super()._do(work)
 
-    async def _on_heard(self, event: TurnTakingEvent) -> None:
+    async def _on_heard(self, event: TurnTakingEvent | IdleTimeout) -> None:
         """Server VAD: announce speech, interrupt the answer, commit the utterance and answer it."""
         detection = self.config.audio.input.turn_detection
         if detection is None:  # turned off since the VAD heard it
+            return
+        if isinstance(event, IdleTimeout):
+            await self._prompt(event)
             return
         if isinstance(event, SpeechStarted):
             self._speech_item_id = proto.new_id("item")
@@ -331,6 +345,17 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         self._commit(utterance, item_id)
         if detection.create_response and self._response is None and not self._tool_running():
             await self._create_response(proto.ResponseParams(), event_id=None)
+
+    async def _prompt(self, timeout: IdleTimeout) -> None:
+        """The user stayed silent for idle_timeout_ms: OpenAI's `timeout_triggered`, the silence committed
+        as their item, and a response, unless one runs or a tool's output is awaited."""
+        if self._response is not None or self._tool_running():
+            return
+        item_id = proto.new_id("item")
+        start_ms, end_ms = int(timeout.audio_start_ms), int(timeout.audio_end_ms)
+        self._emit(proto.TimeoutTriggered(audio_start_ms=start_ms, audio_end_ms=end_ms, item_id=item_id))
+        self._commit(self._listening.silence(timeout), item_id)
+        await self._create_response(proto.ResponseParams(), event_id=None)
 
     def _tool_running(self) -> bool:
         """A call of the conversation's waits for its output (not longer than TOOL_OUTPUT_WAIT_S):
@@ -597,6 +622,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             self._out_of_band[response.id] = response
         else:
             self._response = response
+            self._listening.busy()
         self._emit(proto.ResponseCreated(response=response.wire("in_progress")))
         answer.start(self._tasks.spawn, build)
 
@@ -701,6 +727,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             self._out_of_band.pop(response.id, None)
         elif self._response is response:
             self._response = None
+            self._listening.answered(response.answer.playback_left_ms if status == "completed" else 0.0)
             now = time.monotonic()
             self._awaiting.update({call.call_id: now for call in response.calls})
         response.finish(status, error)

@@ -75,6 +75,7 @@ class VadSettings:
     silence_ms: int = 500
     interrupt_response: bool = True
     min_interruption_ms: int = DEFAULT_MIN_INTERRUPTION_MS  # voice this long over an answer cancels it
+    idle_timeout_ms: int | None = None  # prompt the user after this much silence (idle_prompt.py)
     semantic: Semantic | None = None  # the end-of-turn model judges each pause (end_of_turn.py)
 
     @property
@@ -95,6 +96,7 @@ def vad_settings(detection: TurnDetectionConfig | TurnDetection | None, min_inte
         detection.silence_duration_ms,
         detection.interrupt_response,
         min_interruption_ms if own is None else own,
+        detection.idle_timeout_ms,
         Semantic(detection.eagerness) if detection.type == "semantic_vad" else None,
     )
 
