@@ -37,12 +37,14 @@ def fake_wheel(root: Path, model: bytes | None) -> None:
         path.write_bytes(model)
 
 
+@pytest.mark.usefixtures("end_of_turn_model")  # skips without the [turn] extra, fails under CI
 def test_the_model_file_is_the_published_one_inside_the_installed_wheel() -> None:
     path = smart_turn.model_file()
     assert path.name == "smart-turn-v3.2-cpu.onnx" and path.stat().st_size == smart_turn.MODEL_BYTES
     assert smart_turn.unavailable() is None
 
 
+@pytest.mark.usefixtures("end_of_turn_model")
 def test_a_corrupted_model_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = bytearray(smart_turn.model_file().read_bytes())
     model[len(model) // 2] ^= 0xFF
@@ -70,7 +72,7 @@ def test_the_features_are_whispers() -> None:
     assert np.abs(ours - whisper).max() < 1e-4
 
 
-@pytest.mark.usefixtures("espeak_ng")
+@pytest.mark.usefixtures("espeak_ng", "end_of_turn_model")
 def test_the_model_tells_a_finished_question_from_its_unfinished_start_without_the_network(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
