@@ -11,39 +11,13 @@ Usage: python benchmarks/transcription_accuracy.py   (needs espeak-ng and the [t
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 
+from rtc_omni.bench.words import SENTENCES, normalised, word_errors
 from rtc_omni.engines.synthetic import espeak_voice
 from rtc_omni.engines.whisper import WhisperTranscriber
 from rtc_omni.media.pcm_resample import convert
 from rtc_omni.pcm import INPUT_SAMPLE_RATE
-
-SENTENCES = [
-    "What colour is this?",
-    "Tell me what you can hear.",
-    "The quick brown fox jumps over the lazy dog.",
-    "Please describe the picture on the table.",
-    "How many people are standing in the kitchen?",
-    "I would like to book a flight to Paris tomorrow morning.",
-    "Turn the lights off in the living room.",
-    "My favourite number is seven and my favourite colour is green.",
-]
-SPELLINGS = {"colour": "color", "favourite": "favorite"}
-
-
-def normalised(text: str) -> list[str]:
-    return [SPELLINGS.get(word, word) for word in re.findall(r"[a-z0-9']+", text.lower())]
-
-
-def word_errors(reference: list[str], hypothesis: list[str]) -> int:
-    """Substitutions, deletions and insertions: the word-level edit distance."""
-    row = list(range(len(hypothesis) + 1))
-    for i, ref_word in enumerate(reference, 1):
-        previous, row[0] = row[0], i
-        for j, hyp_word in enumerate(hypothesis, 1):
-            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (ref_word != hyp_word))
-    return row[-1]
 
 
 def spoken16k(text: str) -> bytes:

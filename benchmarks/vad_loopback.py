@@ -24,8 +24,7 @@ from rtc_omni.bench.common import silent_from, start_server, stop, summary
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ScriptedAudioTrack, speech48
 from rtc_omni.client.rtc_peers import UnderstandClient
 from rtc_omni.media.echo import EchoReference
-from rtc_omni.protocol.understand_messages import TurnDetection
-from rtc_omni.sessions.turn_taking import ServerVad
+from rtc_omni.sessions.turn_taking import ServerVad, VadSettings
 
 SENTENCES = ["What colour is this?", "Tell me what you can hear.", "Is anything moving?", "Stop, that is enough."]
 
@@ -39,7 +38,7 @@ def vad_cpu_ms_per_audio_second(with_echo: bool) -> float:
         tone = (0.3 * 32767 * np.sin(2 * np.pi * 300 * np.arange(1440) / 24_000)).astype(np.int16)  # a 60 ms packet
         for i in range(100):
             echo.played(tone, position=i * 2880)
-    vad = ServerVad(TurnDetection(), echo if with_echo else None)
+    vad = ServerVad(VadSettings(), echo if with_echo else None)
     started = time.process_time()
     for offset in range(0, len(pcm), 640):
         if with_echo and offset % 64_000 == 0:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from .event_loop import EventLoopChoice
+from .media import denoise
 from .protocol.validation import describe_validation_error
 
 ENV_PREFIX = "RTC_OMNI_"
@@ -24,6 +25,7 @@ MAX_WORKERS = 256
 # (RFC 6716 code 1); an offer's a=ptime or a=maxptime caps the choice (signaling/ptime.py).
 TALKER_PACKET_MS_CHOICES = (20, 40, 60, 120)
 DEFAULT_TALKER_PACKET_MS = 120
+DEFAULT_MIN_INTERRUPTION_MS = 400  # a cough or a click is shorter, "wait, stop" longer
 
 
 class Settings(BaseModel):
@@ -137,10 +139,21 @@ class Settings(BaseModel):
     engine_stall_timeout: float = Field(
         60.0, gt=0, description="Seconds the engine may go without output before a turn fails."
     )
-    turn_detection: Literal["none", "server_vad"] = Field(
+    turn_detection: Literal["none", "server_vad", "semantic_vad"] = Field(
         "none",
         description="Turn detection for sessions that never send session.config (e.g. WHIP publishers): "
-        "'server_vad' answers when the speaker pauses and lets them interrupt.",
+        "'server_vad' answers when the speaker pauses and lets them interrupt; 'semantic_vad' also asks "
+        "the end-of-turn model whether they finished (docs/turn-taking.md).",
+    )
+    end_of_turn_model: Literal["auto", "none"] = Field(
+        "auto",
+        description="Semantic turn detection's model: 'auto' runs Smart Turn v3.2 when the [turn] extra is "
+        "installed; 'none' turns it off, and semantic_vad falls back to silence.",
+    )
+    noise_reduction: Literal["none", "near_field", "far_field"] = Field(
+        "none",
+        description="Noise suppression (RNNoise, the [denoise] extra) for sessions that never send session.config "
+        "(e.g. WHIP publishers): the microphone is cleaned before turn detection and the model hear it.",
     )
     websocket_audio_events: Literal["response.audio", "response.output_audio"] = Field(
         "response.audio",
@@ -165,7 +178,17 @@ class Settings(BaseModel):
         description="Milliseconds of speech in each talker packet: 20, 40, 60 or 120 (an offer's a=ptime or "
         "a=maxptime can only lower it). Longer packets cost the server and the peer less per second of speech "
         "and delay nothing (the talker has its audio before its time); an interrupt can leave one packet "
-        "playing at the peer, and a plain aiortc receiver holds four (docs/protocol.md, Talker packet time).",
+        "playing at the peer; an interrupt sends short silent packets at once, so a plain aiortc receiver, which "
+        "holds four, stops too (docs/protocol.md, Talker packet time).",
+    )
+    min_interruption_ms: int = Field(
+        DEFAULT_MIN_INTERRUPTION_MS,
+        ge=0,
+        le=5000,
+        description="Milliseconds of voice over an answer before server turn detection cancels it: the answer's "
+        "speech pauses as soon as the user's voice starts, and resumes where it stopped if the voice ends sooner "
+        "(a cough, a click, a short 'mm'), which is then no turn. 0: any voice cancels at once. A session's "
+        "turn_detection.min_interruption_ms overrides it (docs/turn-taking.md).",
     )
     max_image_pixels: int = Field(
         1920 * 1080,
@@ -290,6 +313,12 @@ class Settings(BaseModel):
     def _default_model(self) -> Settings:
         if self.model is None and self.engine != "remote":
             self.model = "synthetic"
+        return self
+
+    @model_validator(mode="after")
+    def _check_noise_reduction(self) -> Settings:
+        if self.noise_reduction != "none" and not denoise.available():
+            raise ValueError(f"--noise-reduction needs RNNoise: {denoise.INSTALL_HINT}")
         return self
 
     @model_validator(mode="after")

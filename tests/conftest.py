@@ -23,12 +23,12 @@ from rtc_omni.app import create_app
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
 from rtc_omni.client.rtc_peers import UnderstandClient
 from rtc_omni.config import Settings
-from rtc_omni.engines import Engines, SyntheticEngine, SyntheticVideoEngine, create_engines
+from rtc_omni.engines import Engines, SyntheticEngine, SyntheticVideoEngine, create_engines, smart_turn
 from rtc_omni.engines.synthetic import tone_voice
 from rtc_omni.event_loop import loop_factory
 from rtc_omni.signaling.keys import ENGINES, REGISTRY
 
-from .tools import require_tool
+from .tools import require_tool, unavailable
 from .wsclient import WsClient
 
 patches.apply()  # every peer of the suite gathers on 127.0.0.1 only, as the servers do
@@ -77,6 +77,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def espeak_ng() -> str:
     """espeak-ng, for tests that speak real sentences; without it they skip (fail under CI)."""
     return require_tool("espeak-ng", "apt-get install espeak-ng")
+
+
+@pytest.fixture
+def end_of_turn_model() -> None:
+    """The end-of-turn model of the [turn] extra; without it, tests skip (fail under CI)."""
+    reason = smart_turn.unavailable()
+    if reason is not None:
+        unavailable(f"{reason} (pip install -e '.[test]' installs it)")
 
 
 class ShortSpeechEngine(SyntheticEngine):

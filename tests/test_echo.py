@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rtc_omni.media.echo import EchoReference
+from rtc_omni.media.echo import KEEP_S, EchoReference
 
 
 def voice(seconds: float, seed: int) -> np.ndarray:
@@ -50,3 +50,12 @@ def test_echo_is_recognised_when_the_talker_sent_its_packets_late_and_in_bunches
     play(reference, spoken, at=100.0, late_s=0.05)
     mic = heard(spoken, delay_s=0.3, probe_s=0.3)
     assert reference.is_echo(mic, mic_end_at=100.0 + 0.3 + 2.0)
+
+
+def test_the_reference_keeps_seconds_not_a_count_of_packets() -> None:
+    reference = EchoReference()
+    packet = np.zeros(2880, dtype="<i2")  # 120 ms at 24 kHz
+    for n in range(200):  # 24 s of 120 ms packets
+        reference.played(packet, n * 5760, at=n * 0.12)
+    kept = list(reference._packets)
+    assert kept[-1][0] - kept[0][0] <= KEEP_S

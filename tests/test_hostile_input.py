@@ -194,7 +194,7 @@ def test_generation_survives_random_messages(messages: list[Any]) -> None:
 
 @pytest.mark.media
 async def test_a_text_message_that_is_not_utf8_gets_an_error_and_the_call_goes_on(server: RunningServer) -> None:
-    """Before patches/datachannel_text.py, aiortc's UnicodeDecodeError ended the server's DTLS receive
+    """Before patches/datachannel_receive.py, aiortc's UnicodeDecodeError ended the server's DTLS receive
     loop: the session was gone (404) without an error, while the client still read "connected"."""
     client = RealtimeClient(server.url, receive_audio=False)
     try:

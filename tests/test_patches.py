@@ -23,11 +23,11 @@ from aiortc import (
 )
 from aiortc.jitterbuffer import JitterBuffer
 from aiortc.rtcicetransport import RTCIceTransport
-from aiortc.rtcsctptransport import WEBRTC_DCEP, WEBRTC_STRING, DataChunk, RTCSctpTransport
+from aiortc.rtcsctptransport import DATA_CHANNEL_ACK, WEBRTC_DCEP, WEBRTC_STRING, DataChunk, RTCSctpTransport
 from aiortc.rtp import RtpPacket
 
 from rtc_omni import patches
-from rtc_omni.patches import datachannel_text, decoding, ice_candidates, jitter, sctp
+from rtc_omni.patches import datachannel_receive, decoding, ice_candidates, jitter, sctp
 from rtc_omni.patches.codecs import negotiated_codecs
 from rtc_omni.signaling.ice import rtc_configuration
 
@@ -43,13 +43,13 @@ def test_every_patch_is_installed_once_and_on_the_names_it_replaces() -> None:
     assert isinstance(aioice.ice.asyncio, ice_candidates.AsyncioForAioice)
     assert aioice.ice.Connection.close is ice_candidates.close_unless_media_arrives
     assert RTCSctpTransport._receive_data_chunk is sctp.receive_data_chunk_bounded  # type: ignore[comparison-overlap]
-    assert RTCSctpTransport._data_channel_receive is datachannel_text.data_channel_receive_checked  # type: ignore[comparison-overlap]
+    assert RTCSctpTransport._data_channel_receive is datachannel_receive.data_channel_receive_checked  # type: ignore[comparison-overlap]
     assert aiortc.rtcrtpreceiver.decoder_worker is decoding.decoder_worker
     # What each wraps is still the library's own, with the signature the patch calls.
     assert parameters(ice_candidates.AIOICE_HOST_ADDRESSES) == ["use_ipv4", "use_ipv6"]
     assert parameters(ice_candidates.AIOICE_CLOSE) == ["self"]
     assert parameters(sctp.AIORTC_RECEIVE_DATA_CHUNK) == ["self", "chunk"]
-    assert parameters(datachannel_text.AIORTC_DATA_CHANNEL_RECEIVE) == ["self", "stream_id", "pp_id", "data"]
+    assert parameters(datachannel_receive.AIORTC_DATA_CHANNEL_RECEIVE) == ["self", "stream_id", "pp_id", "data"]
     assert parameters(decoding.AIORTC_DECODER_WORKER) == ["loop", "input_q", "output_q", "decode_error"]
 
 
@@ -196,6 +196,9 @@ async def test_aiortc_sctp_receiver_state_the_bound_reads() -> None:
     assert hasattr(DataChunk(), "user_data") and hasattr(DataChunk(), "tsn")
 
 
+OPEN_LABEL_C = b"\x03\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00c"  # DATA_CHANNEL_OPEN, label "c"
+
+
 def channel_on(transport: RTCSctpTransport, stream_id: int) -> RTCDataChannel:
     """A DataChannel registered on `transport` as an opened remote channel is."""
     channel = RTCDataChannel(transport, RTCDataChannelParameters(label="c", id=stream_id), False)
@@ -204,12 +207,12 @@ def channel_on(transport: RTCSctpTransport, stream_id: int) -> RTCDataChannel:
 
 
 async def test_aiortc_still_raises_on_a_text_message_that_is_not_utf8() -> None:
-    """When this fails, aiortc copes itself: delete patches/datachannel_text.py."""
+    """When this fails, aiortc copes itself: delete patches/datachannel_receive.py."""
     transport = RTCSctpTransport(NoDtls())  # type: ignore[arg-type]
     channel_on(transport, 1)
     with pytest.raises(UnicodeDecodeError):
-        await datachannel_text.AIORTC_DATA_CHANNEL_RECEIVE(transport, 1, WEBRTC_STRING, b"\xff{}")
-    assert 'data.decode("utf8")' in inspect.getsource(datachannel_text.AIORTC_DATA_CHANNEL_RECEIVE)
+        await datachannel_receive.AIORTC_DATA_CHANNEL_RECEIVE(transport, 1, WEBRTC_STRING, b"\xff{}")
+    assert 'data.decode("utf8")' in inspect.getsource(datachannel_receive.AIORTC_DATA_CHANNEL_RECEIVE)
 
 
 async def test_a_text_message_that_is_not_utf8_becomes_one_event_and_the_rest_go_on() -> None:
@@ -218,7 +221,7 @@ async def test_a_text_message_that_is_not_utf8_becomes_one_event_and_the_rest_go
     channel = channel_on(transport, 1)
     got: list[object] = []
     channel.on("message", got.append)
-    channel.on(datachannel_text.NOT_UTF8, lambda size: got.append(("not utf-8", size)))
+    channel.on(datachannel_receive.NOT_UTF8, lambda size: got.append(("not utf-8", size)))
     for data in (b"{}", b"\xff{}", b"\xc3\xa9"):
         await transport._data_channel_receive(1, WEBRTC_STRING, data)
     assert got == ["{}", ("not utf-8", 3), "\u00e9"]
@@ -226,6 +229,28 @@ async def test_a_text_message_that_is_not_utf8_becomes_one_event_and_the_rest_go
     opening = b"\x03\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\x00\xff\xfe"  # DATA_CHANNEL_OPEN, label \xff\xfe
     await transport._data_channel_receive(3, WEBRTC_DCEP, opening)
     assert 3 not in transport._data_channels
+
+
+async def test_aiortc_still_asserts_on_a_second_open_and_an_unknown_ack() -> None:
+    """When this fails, aiortc copes itself: drop `_contradicts` from patches/datachannel_receive.py."""
+    transport = RTCSctpTransport(NoDtls())  # type: ignore[arg-type]
+    channel_on(transport, 1)
+    with pytest.raises(AssertionError):
+        await datachannel_receive.AIORTC_DATA_CHANNEL_RECEIVE(transport, 1, WEBRTC_DCEP, OPEN_LABEL_C)
+    with pytest.raises(AssertionError):
+        await datachannel_receive.AIORTC_DATA_CHANNEL_RECEIVE(transport, 5, WEBRTC_DCEP, bytes([DATA_CHANNEL_ACK]))
+
+
+async def test_a_second_open_and_an_unknown_ack_are_dropped_and_the_channel_goes_on() -> None:
+    patches.apply()
+    transport = RTCSctpTransport(NoDtls())  # type: ignore[arg-type]
+    channel = channel_on(transport, 1)
+    got: list[object] = []
+    channel.on("message", got.append)
+    await transport._data_channel_receive(1, WEBRTC_DCEP, OPEN_LABEL_C)  # the stream is open already
+    await transport._data_channel_receive(5, WEBRTC_DCEP, bytes([DATA_CHANNEL_ACK]))  # no stream 5
+    await transport._data_channel_receive(1, WEBRTC_STRING, b"{}")
+    assert transport._data_channels == {1: channel} and got == ["{}"]
 
 
 def test_aiortc_sender_answers_keyframe_requests_through_send_keyframe() -> None:

@@ -204,7 +204,7 @@ async def test_session_update_keeps_openais_fields_and_drops_unknown_keys(server
     for field, value in AGENT_SESSION.items():
         if field != "audio":
             assert session[field] == value, field
-    assert session["audio"]["input"]["noise_reduction"] == {"type": "near_field"}
+    assert session["audio"]["input"]["noise_reduction"] == {"type": "near_field", "strength": 1.0}  # OpenAI's default
     assert session["audio"]["output"]["voice"] == "marin" and session["audio"]["output"]["speed"] == 1.1
     assert "modalities" not in session and "foo" not in session  # the beta's name and a stranger: dropped
 

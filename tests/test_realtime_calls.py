@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiortc import RTCPeerConnection, RTCSessionDescription
+from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
 from openai import AsyncOpenAI
 from openai.types.realtime import RealtimeServerEvent
 from pydantic import TypeAdapter
@@ -35,10 +35,10 @@ HEARD_AFTER_CANCEL_S = 0.25
 class Call:
     """An aiortc peer speaking the OpenAI WebRTC flow; every event is validated as the SDK's type."""
 
-    def __init__(self) -> None:
+    def __init__(self, microphone: MediaStreamTrack | None = None) -> None:
         self.pc = RTCPeerConnection(rtc_configuration([]))
         self.channel = self.pc.createDataChannel("oai-events")
-        self.pc.addTrack(ToneAudioTrack(440.0))  # sendrecv: the microphone out, the talker back
+        self.pc.addTrack(microphone or ToneAudioTrack(440.0))  # sendrecv: the microphone out, the talker back
         self.pc.addTransceiver(ColourVideoTrack(COLOURS["red"], 320, 240, 15), direction="sendonly")
         self.events: list[dict[str, Any]] = []
         self._arrived = asyncio.Event()

@@ -99,15 +99,24 @@ class Note(WorkItem):
 
 
 async def test_inbox_keeps_order_and_bounds_each_path_apart() -> None:
-    inbox: Inbox[str] = Inbox(max_messages=2, max_work=1)
+    inbox: Inbox[str] = Inbox(max_messages=2, max_work=1, max_message_bytes=100)
     first_work = Note()
-    assert inbox.put_message("a") and inbox.put_work(first_work) and inbox.put_message("b")
-    assert not inbox.put_message("c")  # the client's flood is dropped ...
+    assert inbox.put_message("a", 1) and inbox.put_work(first_work) and inbox.put_message("b", 1)
+    assert not inbox.put_message("c", 1)  # the client's flood is dropped ...
     assert not inbox.put_work(Note())  # ... and so is work beyond its own bound,
     assert [await inbox.get(), await inbox.get(), await inbox.get()] == ["a", first_work, "b"]
     assert inbox.put_work(Note())  # but the client's messages never take the work's room
     assert isinstance(await inbox.get(), Note)
     assert await inbox.get(timeout=0.01) is None
+
+
+async def test_inbox_bounds_client_messages_in_bytes_too() -> None:
+    inbox: Inbox[str] = Inbox(max_messages=10, max_work=1, max_message_bytes=100)
+    assert inbox.put_message("big", 60)
+    assert not inbox.put_message("bigger", 60)  # 120 bytes would wait: dropped, though the count allows it
+    assert inbox.put_message("small", 40)
+    assert await inbox.get() == "big"
+    assert inbox.put_message("again", 60)  # what was taken frees its bytes
 
 
 class Recorder:

@@ -95,6 +95,32 @@ async def test_talking_over_the_answer_interrupts_it(make_server: ServerFactory)
 
 
 @pytest.mark.media
+async def test_a_cough_over_the_answer_does_not_interrupt_it(make_server: ServerFactory) -> None:
+    """The legacy protocol shares the listening path: a burst shorter than min_interruption_ms holds
+    the answer and releases it; the answer completes and the burst starts no turn."""
+    server = await make_server(synthetic_audio_speed=2.0, spoken_sentences=3)
+    client = await speaking_client(server, {"turn_detection": {"type": "server_vad", "min_interruption_ms": 400}})
+    try:
+        client.audio.say(speech48("Tell me everything."))
+        start = await client.wait_event("response.start", timeout=20)
+        async with asyncio.timeout(10):  # the talker is speaking
+            while client.recorder.voiced_frames(since=client.event_times[client.events.index(start)]) < 10:
+                await asyncio.sleep(0.02)
+        mark = len(client.events)
+        rng = np.random.default_rng(7)
+        burst = 0.5 * np.sin(np.linspace(0, np.pi, 7200)) ** 0.5 * rng.standard_normal(7200)
+        client.audio.say(burst.clip(-1, 1).astype(np.float32))  # 150 ms
+        await client.wait_event("input_audio.speech_started", after=mark, timeout=10)
+        done = await client.wait_event("response.audio.done", after=mark, timeout=30)  # played out
+        await asyncio.sleep(1.0)  # the burst's segment ends
+    finally:
+        await client.close()
+    kinds = [e["type"] for e in client.events[mark:]]
+    assert done["request_id"] == start["request_id"]
+    assert "response.cancelled" not in kinds and "response.start" not in kinds
+
+
+@pytest.mark.media
 async def test_the_talkers_own_echo_does_not_interrupt(make_server: ServerFactory) -> None:
     server = await make_server(synthetic_audio_speed=2.0, spoken_sentences=2)  # ~4 s of talker, all echoed
     client = await speaking_client(server, VAD, echo_gain=0.8)

@@ -33,7 +33,11 @@ def validation_error(model: type, data: object) -> ValidationError:
         (VIDEO, {"prompt": "x", "size": "100"}, "size must be 'WIDTHxHEIGHT', e.g. '832x480' (got '100')."),
         (VIDEO, {}, "prompt is required."),
         (CONFIG, {"num_frames": 0}, "num_frames should be greater than or equal to 1 (got 0)."),
-        (CONFIG, {"turn_detection": {"type": "x"}}, "turn_detection.type should be 'server_vad' (got 'x')."),
+        (
+            CONFIG,
+            {"turn_detection": {"type": "x"}},
+            "turn_detection.type should be 'server_vad' or 'semantic_vad' (got 'x').",
+        ),
         (generate_proto.Interaction, None, "expected a JSON object."),
         (generate_proto.Interaction, {"event": 3}, "event should be a JSON object."),
     ],

@@ -32,7 +32,7 @@ import torch  # noqa: E402
 from vllm import SamplingParams  # noqa: E402
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # noqa: E402
 from vllm.outputs import CompletionOutput  # noqa: E402
-from vllm.sampling_params import RequestOutputKind  # noqa: E402
+from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams  # noqa: E402
 from vllm_omni.entrypoints.async_omni import AsyncOmni  # noqa: E402
 from vllm_omni.entrypoints.openai.api_server import build_async_omni, omni_init_app_state  # noqa: E402
 from vllm_omni.entrypoints.openai.serving_chat import OmniOpenAIServingChat  # noqa: E402
@@ -40,9 +40,11 @@ from vllm_omni.inputs.data import OmniDiffusionSamplingParams, OmniInteractionPr
 from vllm_omni.lora.request import LoRARequest  # noqa: E402
 from vllm_omni.outputs import OmniRequestOutput  # noqa: E402
 from vllm_omni.outputs.mm_outputs import MultimodalCompletionOutput, MultimodalPayload  # noqa: E402
+from xgrammar.testing import _is_grammar_accept_string  # noqa: E402
 
 from rtc_omni.config import Settings  # noqa: E402
-from rtc_omni.engines.engine import GenerateRequest, TurnFrame, UnderstandTurn  # noqa: E402
+from rtc_omni.engines.engine import ForcedTool, GenerateRequest, TurnFrame, UnderstandTurn  # noqa: E402
+from rtc_omni.engines.tool_calls import forced_schema  # noqa: E402
 from rtc_omni.engines.vllm_cpu import PLATFORM  # noqa: E402
 from rtc_omni.engines.vllm_cpu.deploy import LAYOUTS, cpu_deploy_config, shipped_deploy_dir  # noqa: E402
 from rtc_omni.engines.vllm_omni import (  # noqa: E402
@@ -60,6 +62,9 @@ from rtc_omni.engines.vllm_runtime import (  # noqa: E402
     parse_serve_args,
     serve_argv,
 )
+
+from .vllm_cpu.tiny_models import QWEN3_CHAT_TEMPLATE, byte_level_tokenizer  # noqa: E402
+from .vllm_fakes import TOOL_HISTORY, WEATHER  # noqa: E402
 
 VIDEO_STAGE = {"stage_type": "diffusion", "final_output": True, "final_output_type": "video"}
 
@@ -430,3 +435,47 @@ def test_session_stage_params_keep_the_deploy_defaults_they_leave_out() -> None:
     assert thinker.repetition_penalty == 1.1 and thinker.temperature == 0.0
     assert talker.top_k == 5 and talker.repetition_penalty == 1.05 and talker.temperature == 0.9
     assert code2wav.temperature == 0.0
+
+
+# ----------------------------------------------------------------------------- tool calling
+
+# A template with a tool section, as Qwen3-Omni's has (the tiny models' has none).
+TOOL_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools><|im_end|>\n"
+    "{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function | tojson }}</tool_call>{% endfor %}<|im_end|>\n"
+    "{% endfor %}"
+)
+
+
+def test_a_turn_with_tools_and_their_history_is_a_request_vllm_accepts() -> None:
+    turn = UnderstandTurn("r", [], b"", "", history=TOOL_HISTORY, tools=(WEATHER,))
+    request = ChatCompletionRequest(**chat_request(turn, renders_tools=True))
+    assert [tool.function.name for tool in request.tools or []] == ["get_weather"]
+    assert [m["role"] for m in request.messages] == ["user", "assistant", "tool"]  # the result is the input
+    written = ChatCompletionRequest(**chat_request(turn, renders_tools=False))
+    assert written.tools is None and [m["role"] for m in written.messages] == ["system", "user", "assistant", "user"]
+
+
+def test_a_forced_call_is_a_structured_output_of_the_thinker_stage() -> None:
+    chat = object.__new__(OmniOpenAIServingChat)
+    llm = SimpleNamespace(stage_type="llm")
+    chat.engine_client = SimpleNamespace(stage_configs=[llm] * 3, default_sampling_params_list=[SamplingParams()] * 3)
+    schema = forced_schema((WEATHER,), ForcedTool("get_weather"))
+    thinker, *_ = ChatService(chat).sampling_params([{"structured_outputs": {"json": schema}}])
+    assert isinstance(thinker.structured_outputs, StructuredOutputsParams)
+    # The schema as xgrammar's grammar of compact JSON: no whitespace for a model to pad with.
+    grammar = thinker.structured_outputs.grammar
+    assert _is_grammar_accept_string(grammar, '{"city": "Paris"}')
+    assert not _is_grammar_accept_string(grammar, '{"city"\t: "Paris"}')
+    assert not _is_grammar_accept_string(grammar, '{"town": "Paris"}') and not _is_grammar_accept_string(grammar, "1")
+
+
+@pytest.mark.parametrize(("template", "renders"), [(TOOL_TEMPLATE, True), (QWEN3_CHAT_TEMPLATE, False)])
+def test_the_template_probe_tells_a_tool_section_from_none(template: str, renders: bool) -> None:
+    tokenizer = byte_level_tokenizer(None, ["<|im_start|>", "<|im_end|>"], [])
+    chat = SimpleNamespace(
+        chat_template=template, renderer=SimpleNamespace(get_tokenizer=lambda: tokenizer), model_config=None
+    )
+    service = ChatService(chat)
+    assert service.template == template and service.renders_tools is renders

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import hashlib
 import io
+import json
 import wave
 from typing import Any
 
@@ -16,11 +17,32 @@ import simplejpeg
 
 from rtc_omni.client.rtc_peers import GenerateClient
 from rtc_omni.config import DEFAULT_TALKER_PACKET_MS
+from rtc_omni.engines.engine import (
+    AudioChunk,
+    EngineError,
+    ForcedTool,
+    FunctionArguments,
+    FunctionCallStarted,
+    FunctionTool,
+    TextDelta,
+    UnderstandOutput,
+    UnderstandTurn,
+)
 from rtc_omni.engines.vllm_omni import CODEC_FRAME_SAMPLES, OmniGenerateEngine, OmniUnderstandEngine
 from rtc_omni.pcm import TALKER_SAMPLE_RATE
 
 from .conftest import ClientFactory, ServerFactory, http_json
-from .vllm_fakes import FakeChat, FakeDiffusionOmni, FakeDiffusionRuntime, FakeOmni, FakeSamplingParams, FakeTensor
+from .realtime_client import add_user_text, connect, text_of
+from .vllm_fakes import (
+    TOOL_HISTORY,
+    WEATHER,
+    FakeChat,
+    FakeDiffusionOmni,
+    FakeDiffusionRuntime,
+    FakeOmni,
+    FakeSamplingParams,
+    FakeTensor,
+)
 
 # " red" then " reddish": a delta that starts with the one before it must still arrive whole.
 WORDS = "The camera shows a red reddish wall and I hear a tone".split()
@@ -403,3 +425,195 @@ def test_the_engines_pass_the_contract_checks_against_the_real_vllm_omni() -> No
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert " passed" in summary and "skipped" not in summary, summary
+
+
+# ----------------------------------------------------------------------------- tool calling
+
+CLOCK = FunctionTool("get_time", "The time in a city.", {"type": "object", "properties": {"city": {"type": "string"}}})
+
+
+def tool_turn(**fields: Any) -> UnderstandTurn:
+    return UnderstandTurn(
+        **{"request_id": "r", "frames": [], "audio_pcm16": b"", "query": "", "tools": (WEATHER,)} | fields
+    )
+
+
+async def outputs_of(engine: OmniUnderstandEngine, turn: UnderstandTurn) -> list[UnderstandOutput]:
+    return [output async for output in engine.generate(turn)]
+
+
+async def test_a_tool_call_in_the_thinkers_text_becomes_a_call_and_the_request_is_aborted_once() -> None:
+    # The marker comes in three pieces, the closing tag in two; audio comes before and after it.
+    script: list[str | list[int]] = [
+        "Sure",
+        ".",
+        [4 * 1920],
+        " <to",
+        "ol_c",
+        "all>",
+        [1920],
+        '\n{"name": "get_',
+        'weather", "arguments": {"ci',
+        [960],
+        'ty": "Paris"}}\n</tool',
+        "_call>",
+        [960],
+        " and then more",
+    ]
+    omni = FakeOmni([], [], script=script)
+    outputs = await outputs_of(OmniUnderstandEngine(omni, FakeChat()), tool_turn(query="Weather in Paris?"))
+
+    texts = [o.text for o in outputs if isinstance(o, TextDelta)]
+    assert "".join(texts) == "Sure." and not any("<" in text for text in texts)
+    audio = [o.samples for o in outputs if isinstance(o, AudioChunk)]
+    assert sum(a.size for a in audio) == 3 * 1920  # the first group less its leading edge: none after the marker
+    started = [o for o in outputs if isinstance(o, FunctionCallStarted)]
+    assert [s.name for s in started] == ["get_weather"]
+    arguments = "".join(o.delta for o in outputs if isinstance(o, FunctionArguments))
+    assert json.loads(arguments) == {"city": "Paris"}
+    assert all(o.call_id == started[0].call_id for o in outputs if isinstance(o, FunctionArguments))
+    kinds = [type(o).__name__ for o in outputs]
+    assert kinds[kinds.index("FunctionCallStarted") :] == ["FunctionCallStarted", "FunctionArguments", "Usage"]
+    assert [what for what, _, _ in omni.calls] == ["generate", "abort"]
+    # The thinker keeps special tokens in its text, as vLLM's hermes parser has it: a marker may be one.
+    assert [p.values for p in omni.generate_kwargs[0]["sampling_params_list"]] == [{"skip_special_tokens": False}]
+
+
+async def test_without_a_call_the_text_arrives_whole_with_the_marker_lookalikes() -> None:
+    omni = FakeOmni([], [], script=["a <", "b> and ", "<tool", "s> end "])
+    outputs = await outputs_of(OmniUnderstandEngine(omni, FakeChat()), tool_turn(query="q"))
+    assert "".join(o.text for o in outputs if isinstance(o, TextDelta)) == "a <b> and <tools> end "
+    assert [what for what, _, _ in omni.calls] == ["generate"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('{"name": "get_weather", "arguments": {"city": }', "not valid JSON"),
+        ('{"name": "launch_rockets", "arguments": {}}', "'launch_rockets', which is not one of"),
+        ('{"name": "get_weather", "arguments": "Paris"}', "not a JSON object"),
+    ],
+)
+async def test_a_call_that_is_not_one_of_the_tools_fails_the_answer(body: str, message: str) -> None:
+    omni = FakeOmni([], [], script=["Sure. ", f"<tool_call>{body}</tool_call>"])
+    with pytest.raises(EngineError, match=message):
+        await outputs_of(OmniUnderstandEngine(omni, FakeChat()), tool_turn(query="q"))
+
+
+async def test_the_template_gets_the_tools_and_the_whole_tool_exchange() -> None:
+    older = [{"role": "user", "content": f"old {i}"} for i in range(4)]
+    chat = FakeChat()
+    engine = OmniUnderstandEngine(FakeOmni(["It", "is", "22C."], []), chat)
+    await outputs_of(engine, tool_turn(history=older + TOOL_HISTORY, tools=(WEATHER, CLOCK), system_prompt="Be brief."))
+
+    request = chat.requests[0]
+    assert request["tools"] == [
+        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+        for t in (WEATHER, CLOCK)
+    ]
+    # The question that led to the call stays with it, older plain history is cut as before, and
+    # the tool's result is the input: no empty user turn after it.
+    assert request["messages"] == [{"role": "system", "content": "Be brief."}, *TOOL_HISTORY]
+
+
+async def test_a_call_is_never_cut_from_its_result_and_tool_choice_none_hides_the_tools() -> None:
+    answered = [*TOOL_HISTORY, {"role": "assistant", "content": "It is 22C."}]
+    chat = FakeChat()
+    engine = OmniUnderstandEngine(FakeOmni(["Yes."], []), chat)
+    await outputs_of(engine, tool_turn(history=answered, query="Thanks!", tool_choice="none"))
+
+    request = chat.requests[0]
+    assert "tools" not in request
+    assert request["messages"] == [*answered[1:], {"role": "user", "content": [{"type": "text", "text": "Thanks!"}]}]
+
+
+async def test_a_template_without_a_tool_section_gets_hermes_text() -> None:
+    chat = FakeChat(renders_tools=False)
+    engine = OmniUnderstandEngine(FakeOmni(["It", "is", "22C."], []), chat)
+    await outputs_of(engine, tool_turn(history=TOOL_HISTORY, system_prompt="Be brief."))
+
+    request = chat.requests[0]
+    assert "tools" not in request
+    system, user, assistant, results = request["messages"]
+    assert system["role"] == "system" and system["content"].startswith("Be brief.\n\n# Tools")
+    tools = system["content"].split("<tools>\n")[1].split("\n</tools>")[0]
+    assert json.loads(tools) == {"type": "function", "function": vars(WEATHER)}
+    assert user == TOOL_HISTORY[0]
+    call = {"name": "get_weather", "arguments": {"city": "Paris"}}
+    assert assistant == {"role": "assistant", "content": f"<tool_call>\n{json.dumps(call)}\n</tool_call>"}
+    assert results == {"role": "user", "content": "<tool_response>\n22C\n</tool_response>"}
+
+
+@pytest.mark.parametrize(
+    ("choice", "output", "schema"),
+    [
+        (
+            ForcedTool("get_weather"),
+            ['{"city"\t', ': "Paris"}'],
+            WEATHER.parameters,
+        ),
+        (
+            "required",
+            ['{"name": "get_weather", ', '"arguments": {"city": "Paris"}}'],
+            {
+                "anyOf": [
+                    {
+                        "type": "object",
+                        "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+                        "required": ["name", "arguments"],
+                        "additionalProperties": False,
+                    }
+                    for t in (WEATHER, CLOCK)
+                ]
+            },
+        ),
+    ],
+)
+async def test_a_forced_call_is_structured_output_of_the_thinker(choice: Any, output: list[str], schema: Any) -> None:
+    omni = FakeOmni([], [[4 * 1920]], script=output)
+    thinker = {"temperature": 0.7}
+    turn = tool_turn(tools=(WEATHER, CLOCK), tool_choice=choice, sampling_params_list=[thinker, {"top_k": 5}])
+    outputs = await outputs_of(OmniUnderstandEngine(omni, FakeChat()), turn)
+
+    kwargs = omni.generate_kwargs[0]
+    assert kwargs["output_modalities"] == ["text"]  # the talker does not voice a call
+    sent_thinker, sent_talker = kwargs["sampling_params_list"]
+    assert sent_thinker.values == {"temperature": 0.7, "structured_outputs": {"json": schema}}
+    assert sent_talker.values == {"top_k": 5}
+    assert [type(o).__name__ for o in outputs] == ["FunctionCallStarted", "FunctionArguments", "Usage"]
+    assert outputs[0].name == "get_weather" and json.loads(outputs[1].delta) == {"city": "Paris"}
+    assert [what for what, _, _ in omni.calls] == ["generate"]  # it ended by itself
+
+
+async def test_a_forced_call_cut_off_by_max_tokens_fails_the_answer() -> None:
+    omni = FakeOmni([], [], script=['{"city": "Par'])
+    with pytest.raises(EngineError, match="'get_weather' were cut off"):
+        await outputs_of(OmniUnderstandEngine(omni, FakeChat()), tool_turn(tool_choice=ForcedTool("get_weather")))
+    params = omni.generate_kwargs[0]["sampling_params_list"]
+    assert [p.values for p in params] == [{"structured_outputs": {"json": WEATHER.parameters}}]
+
+
+async def test_over_the_realtime_api_the_client_gets_the_text_then_the_call_and_no_marker(
+    make_server: ServerFactory,
+) -> None:
+    script: list[str | list[int]] = ["Sure", ".", [4 * 1920], " <tool", "_call>", [1920]]
+    script += ['{"name": "get_weather", "arguments": {"city": "Paris"}}', "</tool_call>", [960], " more"]
+    omni = FakeOmni([], [], script=script)
+    server = await make_server(engine=OmniUnderstandEngine(omni, FakeChat()))
+    async with connect(server) as rt:
+        tool = {"type": "function", **vars(WEATHER)}
+        await rt.send({"type": "session.update", "session": {"tools": [tool]}})
+        await rt.until("session.updated")
+        await add_user_text(rt, "Weather in Paris?")
+        events = await rt.respond()
+
+    transcript = text_of(events, "response.output_audio_transcript.delta")
+    assert transcript == "Sure." and not any("<" in json.dumps(e) for e in events if "delta" in e["type"])
+    speech = b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta")
+    assert len(speech) // 2 == 3 * 1920  # 24 kHz PCM16: the first group less its leading edge, none after the marker
+    call = next(e for e in events if e["type"] == "response.function_call_arguments.done")
+    assert json.loads(call["arguments"]) == {"city": "Paris"}
+    done = events[-1]["response"]
+    assert done["status"] == "completed" and [item["type"] for item in done["output"]] == ["message", "function_call"]
+    assert done["output"][1]["name"] == "get_weather"
+    assert [what for what, _, _ in omni.calls] == ["generate", "abort"]

@@ -24,6 +24,27 @@ from typing import Any
 
 import numpy as np
 
+from rtc_omni.engines.engine import FunctionTool
+
+# A tool and one exchange with it, as a session hands them to the engine: the question, the call
+# the model answered with, and the tool's result.
+WEATHER = FunctionTool(
+    "get_weather",
+    "The weather in a city.",
+    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+TOOL_HISTORY: list[dict[str, Any]] = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "22C"},
+]
+
 
 class FakeTensor:
     """A GPU tensor stand-in that counts how often it was copied to the CPU."""
@@ -98,6 +119,8 @@ class FakeOmni:
 
     words: list[str]
     audio_groups: list[list[int]]  # samples per talker step, grouped as the outputs carry them
+    # Instead of words and groups: the outputs in order, a str a text delta as it is, a list an audio group.
+    script: list[str | list[int]] | None = None
     step_delay: float = 0.01
     calls: list[tuple[str, str, float]] = field(default_factory=list)  # (what, request_id, time)
     generate_kwargs: list[dict[str, Any]] = field(default_factory=list)
@@ -130,8 +153,12 @@ class FakeOmni:
             if rest:
                 events.append(rest.pop(0))
         events.extend(rest)
+        if self.script is not None:
+            events = [("text", item) if isinstance(item, str) else ("audio", item) for item in self.script]
         for kind, value in events:
             await asyncio.sleep(self.step_delay)
+            if ("abort", request_id) in [(what, rid) for what, rid, _ in self.calls]:
+                return  # AsyncOmni ends an aborted request's stream
             if self.fail_with:
                 yield FakeOutput(request_id, "text", [], error=self.fail_with)
                 return
@@ -159,9 +186,10 @@ class FakeSamplingParams:
 class FakeChat:
     """The chat service: keeps every chat request; turns per-stage dicts into parameter objects."""
 
-    def __init__(self, stage_defaults: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, stage_defaults: list[dict[str, Any]] | None = None, renders_tools: bool = True) -> None:
         self.requests: list[dict[str, Any]] = []
         self.defaults = stage_defaults or []
+        self.renders_tools = renders_tools  # Qwen3-Omni's template does; Qwen2.5-Omni's does not
 
     def stage_defaults(self) -> list[dict[str, Any]]:
         return self.defaults
@@ -172,7 +200,9 @@ class FakeChat:
 
     def sampling_params(self, per_stage: list[dict[str, Any]]) -> list[Any]:
         for values in per_stage:
-            unknown = set(values) - {"temperature", "top_k", "top_p", "max_tokens", "repetition_penalty"}
+            known = {"temperature", "top_k", "top_p", "max_tokens", "repetition_penalty"}
+            known |= {"structured_outputs", "skip_special_tokens"}
+            unknown = set(values) - known
             if unknown:
                 raise TypeError(f"SamplingParams got unexpected keyword arguments {sorted(unknown)}")
         return [FakeSamplingParams(dict(values)) for values in per_stage]

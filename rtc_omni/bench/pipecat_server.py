@@ -52,7 +52,7 @@ async def run_pipeline(connection: SmallWebRTCConnection, sample_fps: float) -> 
 
     @transport.event_handler("on_client_connected")
     async def on_connected(transport: SmallWebRTCTransport, client: object) -> None:
-        await transport.capture_participant_media("camera", framerate=sample_fps)
+        await transport.capture_participant_video(transport.get_client_id(client), framerate=round(sample_fps))
 
     @transport.event_handler("on_client_disconnected")
     async def on_disconnected(transport: SmallWebRTCTransport, client: object) -> None:

@@ -9,6 +9,7 @@ import wave
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import av
 import numpy as np
@@ -212,6 +213,23 @@ def speech48(text: str) -> np.ndarray:
     out = np.concatenate([f.to_ndarray().reshape(-1) for f in resampler.resample(frame) + resampler.resample(None)])
     loud = np.nonzero(np.abs(out) > 0.02)[0]
     return out[loud[0] : loud[-1] + 1]
+
+
+NOISE_STEP_S = 0.2  # how often fluctuating noise changes its loudness: about a syllable's length
+
+
+def noise(kind: Literal["pink", "fluctuating"], samples: int, rms: float, seed: int = 0) -> np.ndarray:
+    """Float noise at this RMS, made up here: "pink" (-3 dB an octave, as a fan or traffic sounds) or
+    "fluctuating" (pink whose loudness changes every NOISE_STEP_S at 48 kHz, as a crowd or a television
+    does). Steady noise mostly slips past the VAD's noise floor; fluctuating noise starts turns."""
+    rng = np.random.default_rng(seed)
+    spectrum = np.fft.rfft(rng.standard_normal(samples))
+    spectrum /= np.sqrt(np.maximum(np.arange(spectrum.size), 1))
+    pink = np.fft.irfft(spectrum, samples)
+    if kind == "fluctuating":
+        step = int(NOISE_STEP_S * AUDIO_RATE)
+        pink *= np.repeat(rng.uniform(0.1, 1.5, samples // step + 1), step)[:samples]
+    return (pink * rms / np.sqrt(np.mean(pink * pink))).astype(np.float32)
 
 
 class ScriptedAudioTrack(PacedAudioTrack):

@@ -38,6 +38,17 @@ from .engine import (
     Usage,
     VideoChunk,
 )
+from .tool_calls import (
+    CallStream,
+    ToolCall,
+    call_outputs,
+    forced_call,
+    forced_schema,
+    hermes_messages,
+    in_prompt,
+    offered,
+    openai_tools,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +83,11 @@ class ChatRuntime(Protocol):
 
     def stage_defaults(self) -> list[dict[str, Any]]:
         """The deploy config's default sampling parameters of each stage, as dicts."""
+        ...
+
+    @property
+    def renders_tools(self) -> bool:
+        """Whether the model's chat template renders `tools`, tool calls and tool results."""
         ...
 
 
@@ -137,13 +153,35 @@ def model_audio(pcm16: bytes) -> bytes:
     return pcm16 + bytes(shortfall) if shortfall > 0 else pcm16
 
 
-def build_messages(turn: UnderstandTurn) -> list[dict[str, Any]]:
-    """OpenAI-style messages for one turn, in the Qwen-Omni handler's shape."""
+def recent_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The history the prompt replays: the Qwen handler's last HISTORY_MESSAGES entries, widened so
+    that no tool result loses its call and a turn answering tool results keeps the whole exchange
+    since the user's request (the model must see what was asked to use what the tools returned)."""
+    start = max(0, len(history) - HISTORY_MESSAGES)
+    if history and history[-1]["role"] == "tool":
+        start = min(start, max((i for i, m in enumerate(history) if m["role"] == "user"), default=0))
+    while start > 0 and history[start]["role"] == "tool":
+        start -= 1
+    return [history_message(past) for past in history[start:]]
+
+
+def history_message(past: dict[str, Any]) -> dict[str, Any]:
+    """A history message as text, as the Qwen handler replays it, with its calls or call id."""
+    message = {"role": past["role"], "content": text_of(past.get("content"))}
+    for key in ("tool_calls", "tool_call_id"):
+        if past.get(key):
+            message[key] = past[key]
+    return message
+
+
+def build_messages(turn: UnderstandTurn, renders_tools: bool = True) -> list[dict[str, Any]]:
+    """OpenAI-style messages for one turn, in the Qwen-Omni handler's shape. `renders_tools`: the
+    chat template renders `tools`, calls and results itself; else they are written out as hermes
+    text here (tool_calls.hermes_messages)."""
     messages: list[dict[str, Any]] = []
     if turn.system_prompt:
         messages.append({"role": "system", "content": turn.system_prompt})
-    for past in turn.history[-HISTORY_MESSAGES:]:
-        messages.append({"role": past["role"], "content": text_of(past.get("content"))})
+    messages += recent_history(turn.history)
     content: list[dict[str, Any]] = []
     for frame in turn.frames:
         # The md5 of the encoded frame is the multimodal uuid: repeated frames hit the engine's cache.
@@ -158,15 +196,19 @@ def build_messages(turn: UnderstandTurn) -> list[dict[str, Any]]:
         )
     if turn.query:
         content.append({"type": "text", "text": turn.query})
-    messages.append({"role": "user", "content": content})
-    return messages
+    if content or not messages or messages[-1]["role"] != "tool":  # tool results alone are the input
+        messages.append({"role": "user", "content": content})
+    if renders_tools:
+        return messages
+    return hermes_messages(messages, turn.tools if offered(turn.tools, turn.tool_choice) else ())
 
 
-def chat_request(turn: UnderstandTurn) -> dict[str, Any]:
-    """The chat-completions request vLLM-Omni's own handler builds, so a model sees the same prompt here."""
+def chat_request(turn: UnderstandTurn, renders_tools: bool = True) -> dict[str, Any]:
+    """The chat-completions request vLLM-Omni's own handler builds, so a model sees the same prompt
+    here, with the turn's tools where the chat template renders them."""
     request: dict[str, Any] = {
         "model": turn.model or "default",
-        "messages": build_messages(turn),
+        "messages": build_messages(turn, renders_tools),
         "stream": True,
         "modalities": list(turn.modalities),
         "add_generation_prompt": True,
@@ -175,6 +217,8 @@ def chat_request(turn: UnderstandTurn) -> dict[str, Any]:
     }
     if turn.use_audio_in_video and turn.audio_pcm16:
         request["mm_processor_kwargs"] = {"use_audio_in_video": True}
+    if renders_tools and offered(turn.tools, turn.tool_choice):
+        request["tools"] = openai_tools(turn.tools)
     return request
 
 
@@ -251,21 +295,39 @@ class OmniUnderstandEngine:
 
     name = "vllm"
 
+    calls_tools = True  # in Qwen's hermes format (tool_calls.py); one call per response
+
     def __init__(self, client: OmniClient, chat: ChatRuntime) -> None:
         self.client = client
         self.chat = chat
 
-    async def _request(self, turn: UnderstandTurn) -> dict[str, Any]:
-        """generate()'s arguments, with vLLM-Omni's error strings for what the client got wrong."""
-        kwargs: dict[str, Any] = {"request_id": turn.request_id, "output_modalities": list(turn.modalities)}
+    async def _request(self, turn: UnderstandTurn, forced: dict[str, Any] | None) -> dict[str, Any]:
+        """generate()'s arguments, with vLLM-Omni's error strings for what the client got wrong.
+        `forced`: the schema the thinker's answer must follow, a call and nothing else, so the
+        talker does not run."""
+        modalities = ["text"] if forced is not None else list(turn.modalities)
+        kwargs: dict[str, Any] = {"request_id": turn.request_id, "output_modalities": modalities}
+        thinker: dict[str, Any] = {}  # stage 0
+        if forced is not None:
+            thinker = {"structured_outputs": {"json": forced}}
+        elif offered(turn.tools, turn.tool_choice):
+            # As vLLM's hermes parser asks: a tokenizer may mark <tool_call> special (Qwen's does not).
+            thinker = {"skip_special_tokens": False}
         try:
-            if turn.sampling_params_list:
-                per_stage = over_stage_defaults(turn.sampling_params_list, self.chat.stage_defaults())
-                kwargs["sampling_params_list"] = self.chat.sampling_params(per_stage)
+            per_stage = [dict(stage) for stage in turn.sampling_params_list or []]
+            if thinker:
+                per_stage = [{**(per_stage or [{}])[0], **thinker}, *per_stage[1:]]
+            if per_stage:
+                kwargs["sampling_params_list"] = self.chat.sampling_params(
+                    over_stage_defaults(per_stage, self.chat.stage_defaults())
+                )
         except Exception as exc:
             raise EngineError(f"Failed to build request: {error_text(exc)}") from exc
         try:
-            request = await asyncio.to_thread(chat_request, turn)  # decodes the turn's frames
+            # Off the loop: chat_request decodes the frames, and the template may need its first look.
+            request = await asyncio.to_thread(
+                lambda: chat_request(turn, not in_prompt(turn.tools, turn.history) or self.chat.renders_tools)
+            )
             kwargs["prompt"] = await self.chat.engine_prompt(request)
         except Exception as exc:
             raise EngineError(f"Preprocess failed: {error_text(exc)}") from exc
@@ -276,11 +338,22 @@ class OmniUnderstandEngine:
         return await engine_down(self.client)
 
     async def generate(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:
+        """The answer; with tools offered, the text up to a `<tool_call>` and then the call.
+
+        After a call the request is aborted once and nothing more is read from it: one call per
+        response. Talker audio stops at the marker too; speech of the words just before it, still
+        in the talker when the marker came, is lost with it (docs/vllm.md, "Tool calling")."""
         await raise_if_down(self.client)
+        forced = forced_schema(turn.tools, turn.tool_choice) if offered(turn.tools, turn.tool_choice) else None
+        calls = CallStream(turn.tools) if offered(turn.tools, turn.tool_choice) and forced is None else None
+        forced_text: list[str] = []
         audio = AudioDrain()
         tokens = TokenCount()
+        call: ToolCall | None = None
         try:
-            async for output in self.client.generate(**await self._request(turn)):
+            async for output in self.client.generate(**await self._request(turn, forced)):
+                if call is not None:
+                    continue  # the abort's last outputs
                 if error := getattr(output, "error", None):
                     raise RuntimeError(str(error))
                 completion = first_completion(output)
@@ -289,15 +362,31 @@ class OmniUnderstandEngine:
                 if getattr(output, "final_output_type", "text") == "audio":
                     mm = getattr(completion, "multimodal_output", None)
                     samples = audio.take(mm.get("audio") if isinstance(mm, Mapping) else None)
-                    if samples is not None:
+                    if samples is not None and not (calls is not None and calls.calling):
                         yield AudioChunk(samples)
                     continue
                 tokens.add(output, completion)
-                if isinstance(text := getattr(completion, "text", None), str) and text:
+                if not isinstance(text := getattr(completion, "text", None), str) or not text:
+                    continue
+                if forced is not None:
+                    forced_text.append(text)
+                    continue
+                if calls is not None:
+                    text, call = calls.feed(text)
+                if text:
                     yield TextDelta(text)
+                if call is not None:
+                    for item in call_outputs(call):
+                        yield item
+                    await self.abort(turn.request_id)
         except Exception as exc:
             await raise_if_down(self.client, exc)  # the turn that killed a stage says so too
             raise
+        if forced is not None:
+            for item in call_outputs(forced_call(turn.tools, turn.tool_choice, "".join(forced_text))):
+                yield item
+        elif calls is not None and call is None and (rest := calls.end()):
+            yield TextDelta(rest)
         if (usage := tokens.usage()) is not None:
             yield usage
 

@@ -19,7 +19,9 @@ by tests/test_vllm_cpu_*.py; benchmarks/vllm_smoke.py runs on a GPU machine.
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.metadata
+import json
 import logging
 import os
 from contextlib import AsyncExitStack
@@ -28,6 +30,7 @@ from typing import Any
 
 from ..config import Settings
 from ..logs import configure_logging
+from ..protocol.validation import error_text
 from .vllm_cpu import PLATFORM, vllm_runs_on_cpu
 from .vllm_cpu.deploy import CPU_ENVIRONMENT, cpu_deploy_config
 from .vllm_cpu.stage_processes import fork_stages_from_preloaded_server
@@ -135,6 +138,43 @@ class ChatService:
     def __init__(self, chat: Any) -> None:
         self.chat = chat
 
+    @functools.cached_property
+    def template(self) -> str | None:
+        """The chat template the model uses without tools (--chat-template, else its processor's).
+        vLLM swaps it for the tokenizer's when a request has tools, which for a multimodal
+        checkpoint can be another template (QwenLM/Qwen3-Omni #105, Qwen3-VL #914): this one is
+        passed explicitly, so a turn with tools keeps the prompt shape of one without."""
+        from vllm.renderers.hf import resolve_chat_template
+
+        template: str | None = resolve_chat_template(
+            self.chat.renderer.get_tokenizer(), self.chat.chat_template, None, model_config=self.chat.model_config
+        )
+        return template
+
+    @functools.cached_property
+    def renders_tools(self) -> bool:
+        """Whether `template` renders tools and calls: one probe conversation through it."""
+        from vllm.renderers.hf import safe_apply_chat_template
+
+        tool = {"type": "function", "function": {"name": "probe_tool", "description": "", "parameters": {}}}
+        call = {"id": "c1", "type": "function", "function": {"name": "probe_call", "arguments": {}}}
+        conversation = [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "r"},
+        ]
+        tokenizer, template = self.chat.renderer.get_tokenizer(), self.template
+        try:
+            prompt = safe_apply_chat_template(
+                self.chat.model_config, tokenizer, conversation, tools=[tool], chat_template=template, tokenize=False
+            )
+        except Exception as exc:  # a template may refuse a role it has no section for
+            logger.info("the chat template refuses tool messages: %s", error_text(exc))
+            prompt = ""
+        renders = "probe_tool" in prompt and "probe_call" in prompt
+        logger.info("the chat template %s", "renders tools" if renders else "has no tool section: rtc-omni writes it")
+        return renders
+
     async def engine_prompt(self, request: dict[str, Any]) -> Any:
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
@@ -142,8 +182,10 @@ class ChatService:
         _conversation, prompts = await self.chat._preprocess_chat(
             chat_request,
             chat_request.messages,
-            default_template=getattr(chat_request, "chat_template", None) or self.chat.chat_template,
+            # With tools, the template without them (resolved by renders_tools, off the event loop).
+            default_template=self.template if "tools" in request else self.chat.chat_template,
             default_template_content_format=self.chat.chat_template_content_format,
+            tool_dicts=request.get("tools"),
             renderer=self.chat.renderer,
             add_generation_prompt=chat_request.add_generation_prompt,
             continue_final_message=chat_request.continue_final_message,
@@ -154,6 +196,13 @@ class ChatService:
     def sampling_params(self, per_stage: list[dict[str, Any]]) -> list[Any]:
         from vllm_omni.entrypoints.utils import coerce_param_message_types
 
+        # vLLM's SamplingParams keeps a dict as it is given: structured outputs must be its own type.
+        per_stage = [
+            {**stage, "structured_outputs": structured_outputs(so)}
+            if isinstance(so := stage.get("structured_outputs"), dict)
+            else stage
+            for stage in per_stage
+        ]
         # Explicit parameters keep the streaming (DELTA) outputs the engine's defaults get.
         params: list[Any] = coerce_param_message_types(self.chat._to_sampling_params_list(per_stage), is_streaming=True)
         return params
@@ -172,6 +221,28 @@ class ChatService:
             names = [n for n in SamplingParams.__struct_fields__ if not n.startswith("_") and n != "output_kind"]
             defaults.append({n: getattr(params, n) for n in names if getattr(params, n) != getattr(plain, n)})
         return defaults
+
+
+def structured_outputs(fields: dict[str, Any]) -> Any:
+    """vLLM's StructuredOutputsParams; a JSON schema goes as xgrammar's grammar of compact JSON.
+
+    vLLM's xgrammar backend lets JSON carry whitespace between any two tokens unless the whole server
+    runs with `disable_any_whitespace` (a request's own option is ignored), and a model can pad until
+    max_tokens cuts the JSON: the tiny Qwen3-Omni, greedy, wrote 2,047 tabs after `{"city"`. A schema
+    xgrammar cannot write as a grammar goes as it is, and vLLM picks a backend for it as usual."""
+    import xgrammar
+    from vllm.sampling_params import StructuredOutputsParams
+
+    schema = fields.get("json")
+    if schema is not None:
+        try:
+            text = schema if isinstance(schema, str) else json.dumps(schema)
+            grammar = xgrammar.Grammar.from_json_schema(text, any_whitespace=False)
+        except RuntimeError as exc:
+            logger.info("structured outputs keep the JSON schema: xgrammar cannot write it (%s)", exc)
+        else:
+            fields = {**{k: v for k, v in fields.items() if k != "json"}, "grammar": str(grammar)}
+    return StructuredOutputsParams(**fields)
 
 
 class DiffusionParams:

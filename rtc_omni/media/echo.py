@@ -46,7 +46,11 @@ class EchoReference:
         pcm16k = np.empty(triples.shape[0] * 2, dtype=np.float32)
         pcm16k[0::2] = triples[:, 0]
         pcm16k[1::2] = (triples[:, 1] + triples[:, 2]) / 2
-        self._packets.append((time.monotonic() if at is None else at, position, pcm16k))
+        sent_at = time.monotonic() if at is None else at
+        self._packets.append((sent_at, position, pcm16k))
+        # The count bound assumes 20 ms packets; at 120 ms it would keep 24 s (1.5 MB), not KEEP_S.
+        while self._packets and self._packets[0][0] < sent_at - KEEP_S:
+            self._packets.popleft()
 
     def audible_since(self, since: float) -> bool:
         return any(at >= since and float(np.sqrt(np.mean(x * x))) > _AUDIBLE_RMS for at, _, x in self._packets)

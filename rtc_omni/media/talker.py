@@ -19,6 +19,9 @@ it held one network hop after the interrupt instead of four packet times later (
 RTP clock runs only 50 ms ahead of its slots (100 ms at most, however many interrupts come), and an
 answer right after the interrupt starts at most that much later. The rest of the silent packets keep
 their slots, from a fresh encoder: the old one's lookahead holds the end of the cut speech.
+
+`hold()` stops the speech the same way but keeps what was not yet sent, and `release()` goes on
+from there: a barge-in that proves to be a cough resumes the answer where the user stopped hearing it.
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ class TalkerAudioTrack(MediaStreamTrack):
         self._audio = asyncio.Event()  # wakes an idle recv()
         self._send_now = asyncio.Event()  # a flush's burst: wakes a recv() waiting for its packet's slot
         self._burst_left = 0  # short silent packets a flush sends at once
+        self._held = False  # hold(): the buffer waits, silence is sent
         self._start: float | None = None
         self._pts = 0  # of the next packet, in RTP clock units since _start
         self._paused = True  # the previous packet time passed with nothing to send
@@ -103,6 +107,10 @@ class TalkerAudioTrack(MediaStreamTrack):
     def speaking(self) -> bool:
         """Engine audio is waiting to be sent."""
         return bool(self._buffer)
+
+    @property
+    def held(self) -> bool:
+        return self._held
 
     @property
     def buffered_ms(self) -> float:
@@ -127,20 +135,47 @@ class TalkerAudioTrack(MediaStreamTrack):
         after an interrupt hears it, whenever the interrupt came.
         """
         dropped_ms = self.buffered_ms
-        if self._may_hold_speech() and not self._ahead():
-            self._burst_left = FLUSH_BURST_PACKETS
-            self._send_now.set()
-            self._encoder = None  # its lookahead holds the cut speech, which must not follow the silence
+        self._silence()
+        self._held = False
         self._buffer.clear()
-        self._tail_left = TAIL_PACKETS
-        self._audio.set()
         self._space.set()
         self._drained.set()
         return dropped_ms
 
+    def hold(self) -> None:
+        """Stop the speech at once, keeping what was not sent for `release()`: the burst that ends
+        it at the peer goes, the tail waits (a release goes on at once, a flush sends it)."""
+        if not self._held:
+            self._burst()
+            self._held = True
+            self._tail_left = 0
+
+    def release(self) -> None:
+        """Go on with the speech `hold()` kept, from its first unsent sample, at once: the peer's
+        silence lasts no longer than the hold (the clock may run a packet ahead, never more)."""
+        if self._held:
+            self._held = False
+            self._audio.set()
+            if not self._ahead():
+                self._send_now.set()
+
+    def _silence(self) -> None:
+        """The silent packets that end the speech at the peer: a burst at once where speech may be
+        held there, then the tail in its slots."""
+        self._burst()
+        self._tail_left = TAIL_PACKETS
+        self._audio.set()
+
+    def _burst(self) -> None:
+        if self._may_hold_speech() and not self._ahead():
+            self._burst_left = FLUSH_BURST_PACKETS
+            self._send_now.set()
+            self._audio.set()
+            self._encoder = None  # its lookahead holds the cut speech, which must not follow the silence
+
     def _may_hold_speech(self) -> bool:
         """Speech is being sent, or fewer silent packets than a peer holds went out since the last."""
-        return bool(self._buffer) or self._tail_left > TAIL_PACKETS - FLUSH_BURST_PACKETS
+        return (bool(self._buffer) and not self._held) or self._tail_left > TAIL_PACKETS - FLUSH_BURST_PACKETS
 
     def _ahead(self) -> bool:
         """The clock already runs ahead of the next slot by a burst (one just went): interrupts in
@@ -163,11 +198,11 @@ class TalkerAudioTrack(MediaStreamTrack):
                 raise MediaStreamError
             if self._burst_left:
                 return self._burst_packet()
-            if self._buffer or self._tail_left:
+            if self._sending or self._tail_left:
                 await self._wait_for_packet_time()
                 if self._burst_left:  # a flush came meanwhile
                     continue
-                if self._buffer or self._tail_left:
+                if self._sending or self._tail_left:
                     return self._next_packet()
             self._paused = True
             self._audio.clear()
@@ -188,7 +223,12 @@ class TalkerAudioTrack(MediaStreamTrack):
                     await self._send_now.wait()
             except TimeoutError:
                 pass
+        self._send_now.clear()  # one packet goes at once (a release), the rest keep their slots
         self._paused = False
+
+    @property
+    def _sending(self) -> bool:
+        return bool(self._buffer) and not self._held
 
     def _due(self) -> float:
         """When the next packet's audio starts, on the monotonic clock."""
@@ -199,8 +239,8 @@ class TalkerAudioTrack(MediaStreamTrack):
         if self._encoder is None:
             self._encoder = opus_speech_encoder(self.packet_ms)
         frame_bytes = self._encoder.frame_size * _BYTES_PER_SAMPLE
-        chunk = bytes(self._buffer[:frame_bytes])
-        del self._buffer[:frame_bytes]
+        chunk = b"" if self._held else bytes(self._buffer[:frame_bytes])
+        del self._buffer[: len(chunk)]
         pcm = np.frombuffer(chunk + bytes(frame_bytes - len(chunk)), dtype="<i2")
         if chunk:
             self.echo.played(pcm, self._pts)

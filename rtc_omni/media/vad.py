@@ -73,6 +73,16 @@ class VoiceActivityDetector:
     def in_speech(self) -> bool:
         return self._segment_start is not None
 
+    @property
+    def last_voiced_ms(self) -> float:
+        """Where the last voiced frame of the current segment ended."""
+        return self._last_voiced_end
+
+    @property
+    def quiet_ms(self) -> float:
+        """How long the current segment has been unvoiced (0 while the voice goes on)."""
+        return self._unvoiced_run * FRAME_MS
+
     def feed(self, pcm16: bytes) -> list[VadEvent]:
         """Consume audio; returns the events it completed, in order."""
         data = self._pending + pcm16

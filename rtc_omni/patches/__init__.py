@@ -8,7 +8,7 @@ tests/test_patches.py fails loudly when an aiortc or aioice release changes any 
 |---|---|---|
 | ice_candidates.py | aioice | host candidates on the set addresses and ports; consent kept for FFmpeg's WHIP muxer |
 | sctp.py | aiortc | SCTP out-of-order state bounded, receive window enforced |
-| datachannel_text.py | aiortc | a DataChannel text message that is not UTF-8 is dropped with an event, not fatal |
+| datachannel_receive.py | aiortc | a bad DataChannel message (not UTF-8, a contradicting DCEP open or ack) is dropped |
 | jitter.py | aiortc | a video frame released on its RTP marker bit; each audio packet as it arrives (per receiver) |
 | codecs.py | aiortc | read a transceiver's negotiated codecs (no public getter) |
 | keyframes.py | aiortc | a viewer's PLI/FIR reaches the shared encoder (per sender) |
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from . import datachannel_text, decoding, ice_candidates, sctp
+from . import datachannel_receive, decoding, ice_candidates, sctp
 
 LOOPBACK = ("127.0.0.1",)
 
@@ -40,7 +40,7 @@ def apply(ice_addresses: Sequence[str] | None = LOOPBACK, ice_ports: range | Non
     if not _installed:
         ice_candidates.install()
         sctp.install()
-        datachannel_text.install()
+        datachannel_receive.install()
         decoding.install()
         _installed = True
     ice_candidates.set_policy(ice_addresses, ice_ports)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, TypeVar, get_args
 
-from pydantic import BaseModel, Discriminator, Tag, TypeAdapter, ValidationError
+from pydantic import BaseModel, Discriminator, Field, Tag, TypeAdapter, ValidationError
 
 from .validation import describe_validation_error, shortened
 
@@ -33,6 +33,10 @@ TEXT_NOT_UTF8 = "A text message that is not valid UTF-8 was dropped; send JSON t
 def event_too_large(size: int) -> str:
     return f"An event of {size} bytes was dropped: larger than one DataChannel message may be"
 
+
+# `turn_detection.idle_timeout_ms` in both conversational protocols: how long a user may stay silent
+# before the assistant prompts them (sessions/idle_prompt.py).
+IdleTimeoutMs = Annotated[int, Field(ge=1000, le=600_000)]
 
 UNKNOWN_TAG = "unknown"
 # Client JSON may nest this deep. Deeper breaks later than its parse: pydantic serialises at most

@@ -27,7 +27,16 @@ from pydantic import (
     model_validator,
 )
 
-from .codec import NestedTooDeep, Refusal, ServerEvent, TypedMessage, UnknownMessage, load_json, message_parser
+from .codec import (
+    IdleTimeoutMs,
+    NestedTooDeep,
+    Refusal,
+    ServerEvent,
+    TypedMessage,
+    UnknownMessage,
+    load_json,
+    message_parser,
+)
 from .validation import describe_validation_error, field_path, quoted, shortened
 
 WEBSOCKET_PATH = "/v1/realtime"
@@ -68,6 +77,15 @@ TRANSCRIPTION_UNAVAILABLE = (
     "Input transcription is not available on this server (no recogniser for its engine): "
     "audio.input.transcription is off, and audio items keep no transcript. With the synthetic engine, "
     "install the recogniser (pip install 'rtc-omni[transcribe]') and restart the server"
+)
+SEMANTIC_VAD_UNAVAILABLE = (
+    "Semantic turn detection is not available on this server (no end-of-turn model): turn_detection is "
+    "server_vad, its silence taken from the eagerness. Install the model (pip install 'rtc-omni[turn]') "
+    "and restart the server"
+)
+NOISE_REDUCTION_UNAVAILABLE = (
+    "Noise reduction is not available on this server (RNNoise is not installed): "
+    "audio.input.noise_reduction is off. Install it (pip install 'rtc-omni[denoise]') and restart the server"
 )
 TRANSCRIPTION_BACKLOG = "Input transcription is behind: too many committed audio items are waiting"
 OUTPUT_AUDIO_CLEAR_WEBRTC_ONLY = "output_audio_buffer.clear is for WebRTC calls; over WebSocket send response.cancel"
@@ -133,8 +151,9 @@ class AudioFormat(Known):
 
 
 class TurnDetectionConfig(Known):
-    """Server VAD with OpenAI's names and defaults; `semantic_vad` runs the same VAD, its silence
-    taken from `eagerness` (SEMANTIC_SILENCE_MS)."""
+    """Server VAD with OpenAI's names and defaults; `semantic_vad` adds the end-of-turn model, its
+    eagerness setting how soon a pause ends the turn (sessions/end_of_turn.py). `idle_timeout_ms`
+    prompts a silent user (both types: OpenAI offers it with `server_vad` only)."""
 
     type: Literal["server_vad", "semantic_vad"]
     threshold: float = Field(0.5, ge=0.0, le=1.0)
@@ -143,14 +162,16 @@ class TurnDetectionConfig(Known):
     create_response: bool = True
     interrupt_response: bool = True
     eagerness: Literal["low", "medium", "high", "auto"] = "auto"
-    idle_timeout_ms: PassedThrough = None
-
-    @property
-    def silence_ms(self) -> int:
-        return self.silence_duration_ms if self.type == "server_vad" else SEMANTIC_SILENCE_MS[self.eagerness]
+    idle_timeout_ms: Annotated[IdleTimeoutMs | None, Field(exclude_if=_unset)] = None
 
 
-SEMANTIC_SILENCE_MS = {"low": 1000, "medium": 600, "auto": 600, "high": 350}
+class NoiseReductionConfig(Known):
+    """`audio.input.noise_reduction`: RNNoise on the microphone before everything else hears it; both
+    types run the same model (docs/turn-taking.md). `strength` 1 is RNNoise alone, lower keeps some
+    of the input."""
+
+    type: Literal["near_field", "far_field"] = "near_field"
+    strength: float = Field(1.0, ge=0.0, le=1.0)
 
 
 class TranscriptionConfig(Known):
@@ -168,7 +189,7 @@ class AudioInputConfig(Known):
     format: AudioFormat = Field(default_factory=AudioFormat)
     turn_detection: TurnDetectionConfig | None = None
     transcription: TranscriptionConfig | None = None
-    noise_reduction: PassedThrough = None
+    noise_reduction: NoiseReductionConfig | None = None
 
 
 class AudioOutputConfig(Known):
@@ -758,6 +779,13 @@ class SpeechStarted(RealtimeEvent):
 
 class SpeechStopped(RealtimeEvent):
     type: ClassVar[str] = "input_audio_buffer.speech_stopped"
+    audio_end_ms: int
+    item_id: str
+
+
+class TimeoutTriggered(RealtimeEvent):
+    type: ClassVar[str] = "input_audio_buffer.timeout_triggered"
+    audio_start_ms: int
     audio_end_ms: int
     item_id: str
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .codec import (
     BINARY_NOT_SUPPORTED,
     DecodedEvent,
+    IdleTimeoutMs,
     Refusal,
     ServerEvent,
     TypedMessage,
@@ -48,6 +49,15 @@ NOT_AVAILABLE = "Streaming video chat is not available"  # a server without this
 CONFIG_ALREADY_APPLIED = "session.config was already applied"
 ENGINE_STALLED = "Engine stall timeout: no output"
 NO_ACTIVE_RESPONSE = "No active response to cancel"
+SEMANTIC_VAD_UNAVAILABLE = "Semantic turn detection is not available"
+SEMANTIC_VAD_HINT = (
+    "The end-of-turn model is not installed on this server (pip install 'rtc-omni[turn]'): turn_detection is "
+    "server_vad, its silence taken from the eagerness"
+)
+NOISE_REDUCTION_UNAVAILABLE = "Noise reduction is not available"
+NOISE_REDUCTION_HINT = (
+    "RNNoise is not installed on this server (pip install 'rtc-omni[denoise]'): the audio is not cleaned"
+)
 
 
 def expected_config_error(got: Any) -> str:
@@ -70,15 +80,29 @@ _LEGACY_ALIASES = {
 
 
 class TurnDetection(BaseModel):
-    """`session.config.turn_detection`: server VAD, with OpenAI Realtime's names and defaults."""
+    """`session.config.turn_detection`: server VAD, or semantic turn detection with its `eagerness`,
+    with OpenAI Realtime's names and defaults."""
 
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["server_vad"] = "server_vad"
+    type: Literal["server_vad", "semantic_vad"] = "server_vad"
     threshold: float = Field(0.5, ge=0.0, le=1.0)
     prefix_padding_ms: int = Field(300, ge=0, le=5000)
     silence_duration_ms: int = Field(500, ge=100, le=10_000)
     interrupt_response: bool = True
+    eagerness: Literal["low", "medium", "high", "auto"] = "auto"
+    # Voice over an answer for this long cancels it; shorter, the answer resumes (None: --min-interruption-ms).
+    min_interruption_ms: int | None = Field(None, ge=0, le=5000)
+    idle_timeout_ms: IdleTimeoutMs | None = None  # prompt a silent user (docs/turn-taking.md)
+
+
+class NoiseReduction(BaseModel):
+    """`session.config.noise_reduction`: RNNoise on the microphone, with OpenAI Realtime's names."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["near_field", "far_field"] = "near_field"
+    strength: float = Field(1.0, ge=0.0, le=1.0)
 
 
 class SessionConfig(BaseModel):
@@ -98,6 +122,7 @@ class SessionConfig(BaseModel):
     sample_fps: float = Field(2.0, gt=0.0, le=60.0)
     audio_events: bool = False
     turn_detection: TurnDetection | None = None
+    noise_reduction: NoiseReduction | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -335,6 +360,14 @@ class SpeechStartedEvent(ServerEvent):
     audio_start_ms: float
 
 
+class TimeoutTriggeredEvent(ServerEvent):
+    """Nobody spoke for `turn_detection.idle_timeout_ms`: a turn starts with that silence as its audio."""
+
+    type: ClassVar[str] = "input_audio.timeout_triggered"
+    audio_start_ms: float
+    audio_end_ms: float
+
+
 class SpeechStoppedEvent(ServerEvent):
     type: ClassVar[str] = "input_audio.speech_stopped"
     audio_end_ms: float
@@ -361,6 +394,7 @@ class ErrorEvent(ServerEvent):
     message: str
     request_id: str | None = None
     detail: str | None = None  # extension: why, when the reference string alone says too little
+    code: str | None = None  # extension: a name a client can test, OpenAI's where it has one
 
     @property
     def error_message(self) -> str | None:

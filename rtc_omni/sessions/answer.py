@@ -28,7 +28,7 @@ from ..engines.engine import (
     UnderstandTurn,
     Usage,
 )
-from ..pcm import float_to_pcm16
+from ..pcm import TALKER_SAMPLE_RATE, float_to_pcm16, pcm16_ms
 from ..protocol.validation import error_text
 from .engine_stream import stall_bounded
 from .outputs import Talker
@@ -75,8 +75,14 @@ Abort = Callable[[str], Awaitable[None]]
 Spawn = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
 
 
+# A held answer goes on by itself after this long: the listening path that held it (a barge-in still
+# to be proved speech) always releases or interrupts it sooner, unless the microphone stopped mid-word.
+HOLD_LIMIT_S = 3.0
+
+
 class Answer:
-    """One answer in flight. `start` it with what builds its engine turn; `interrupt` it at most once."""
+    """One answer in flight. `start` it with what builds its engine turn; `interrupt` it at most once;
+    `hold` its speech while a barge-in is judged, and `release` it when it was no speech."""
 
     def __init__(
         self,
@@ -95,6 +101,7 @@ class Answer:
         self.talker = talker
         self.text = ""
         self.audio_seen = False
+        self.audio_ms = 0.0  # of speech the engine gave
         self.speaking = False  # its speech reached the talker
         self.engine_finished = False
         self.usage: Usage | None = None  # the engine's count, when it gives one
@@ -104,6 +111,13 @@ class Answer:
         self._stall_timeout = stall_timeout
         self._task: asyncio.Task[None] | None = None
         self._tally = tally  # the session's own count of its answers' outcomes
+        self._hold_limit: asyncio.TimerHandle | None = None
+
+    @property
+    def playback_left_ms(self) -> float:
+        """How much of its speech the client may still be playing once it has ended: none when the
+        talker played it out, all of it when it went out as events (the client plays it after)."""
+        return 0.0 if self.speaking else self.audio_ms
 
     @property
     def running(self) -> bool:
@@ -120,9 +134,40 @@ class Answer:
         done, _ = await asyncio.wait([self._task], timeout=timeout)
         return bool(done)
 
+    @property
+    def held(self) -> bool:
+        return self._hold_limit is not None
+
+    def hold(self) -> None:
+        """Stop its speech at once but keep the rest (the engine goes on): the user may be speaking."""
+        if self.talker is None or not self.running or self.held:
+            return
+        self.talker.hold()
+        self._hold_limit = asyncio.get_running_loop().call_later(HOLD_LIMIT_S, self.release)
+
+    def release(self) -> None:
+        """Go on speaking from where `hold` stopped: it was no speech."""
+        if self._hold_limit is None:
+            return
+        self._hold_limit.cancel()
+        self._hold_limit = None
+        if self.talker is not None:
+            self.talker.release()
+
+    def judged(self, *, hold: bool) -> None:
+        """What the listening path made of voice over the answer, short of interrupting it: hold
+        the speech while the voice is judged, or release it (it was no speech)."""
+        if hold:
+            self.hold()
+        else:
+            self.release()
+
     async def interrupt(self) -> float | None:
         """Stop its text, flush its speech, abort its engine request: the milliseconds of speech the
         talker had not played (what truncation cuts), or None when the answer had already ended."""
+        if self._hold_limit is not None:
+            self._hold_limit.cancel()
+            self._hold_limit = None
         if self._task is None or self._task.done():
             return None
         self._task.cancel()
@@ -170,6 +215,7 @@ class Answer:
                 if not self.audio_seen:
                     metrics.TIME_TO_FIRST_AUDIO.observe(time.monotonic() - started)
                 pcm16 = float_to_pcm16(output.samples.reshape(-1))
+                self.audio_ms += pcm16_ms(pcm16, TALKER_SAMPLE_RATE)
                 self._events.on_audio(self, pcm16, first=not self.audio_seen)
                 self.audio_seen = True
                 if self.talker is not None and pcm16:

@@ -27,6 +27,11 @@ class AudioBuffer:
         """Timeline position of the oldest byte held."""
         return (self._appended - len(self._data)) / INPUT_BYTES_PER_MS
 
+    @property
+    def end_ms(self) -> float:
+        """Timeline position just after the newest byte."""
+        return self._appended / INPUT_BYTES_PER_MS
+
     def append(self, pcm16: bytes) -> bool:
         """Add audio; False when it would overflow, in which case everything held is dropped
         (vLLM-Omni's policy) and so is the new audio."""
@@ -42,12 +47,14 @@ class AudioBuffer:
         self._data.clear()
         return audio
 
+    def read_range(self, start_ms: float, end_ms: float) -> bytes:
+        """The audio held between two timeline positions, left in place."""
+        return bytes(self._data[self._offset(start_ms) : self._offset(end_ms)])
+
     def take_range(self, start_ms: float, end_ms: float) -> bytes:
         """The audio between two timeline positions; everything before `end_ms` is dropped."""
-        first = self._offset(start_ms)
-        last = self._offset(end_ms)
-        audio = bytes(self._data[first:last])
-        del self._data[:last]
+        audio = self.read_range(start_ms, end_ms)
+        self.drop_until(end_ms)
         return audio
 
     def drop_until(self, end_ms: float) -> None:

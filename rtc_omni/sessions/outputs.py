@@ -23,6 +23,12 @@ class Talker(Protocol):
 
     def flush(self) -> float: ...
 
+    def hold(self) -> None:
+        """Stop the speech at once, keeping what was not sent."""
+
+    def release(self) -> None:
+        """Go on with what `hold()` kept."""
+
     async def wait_drained(self, timeout: float) -> bool: ...
 
 

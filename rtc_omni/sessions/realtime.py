@@ -40,6 +40,7 @@ from ..engines.engine import (
     calls_tools,
     transcriber_of,
 )
+from ..media import denoise
 from ..media.images import open_image
 from ..media.pcm_resample import PcmStream, convert
 from ..media.vad import SpeechStarted, SpeechStopped
@@ -50,12 +51,14 @@ from ..protocol.validation import describe_validation_error, field_path
 from .answer import Answer, Failure, Outcome
 from .camera import Camera, engine_frames
 from .conversation import MAX_TURN_IMAGES, Context, Conversation, Item, Part, context_of
+from .end_of_turn import fallback_silence_ms
+from .idle_prompt import IdleTimeout
 from .inbox import WorkItem
 from .listening import Heard, Listening
 from .outputs import Talker
 from .realtime_response import CancelReason, EndStatus, RealtimeResponse
 from .session import Session
-from .turn_taking import TurnTakingEvent, VadSettings
+from .turn_taking import EchoIgnored, TurnTakingEvent, vad_settings
 
 if TYPE_CHECKING:
     from ..media.ingest import MediaSink
@@ -70,6 +73,7 @@ MAX_OUT_OF_BAND_RESPONSES = 4  # out-of-band responses running beside the conver
 TOOL_OUTPUT_WAIT_S = 30.0
 
 SessionState = Literal["active", "closed"]
+InputField = Literal["transcription", "noise_reduction"]
 
 
 @dataclass(frozen=True)
@@ -119,13 +123,15 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             self._transcriber = transcriber_of(self.engine)
         self._transcriptions: asyncio.Queue[Item] = asyncio.Queue(MAX_PENDING_TRANSCRIPTIONS)
         self._transcribing: asyncio.Task[None] | None = None
-        self.config, self._transcription_refused = self._honour_transcription(
+        self.config, self._inputs_refused = self._honour_inputs(
             proto.SessionConfig().updated(self.initial_config or {})
         )
         self.config, self._tools_refused = self._honour_tools(self.config)
+        self.config, self._semantic_refused = self._honour_turn_detection(self.config)
         self._conversation = Conversation()
-        self._listening = Listening(self._queue_work)
+        self._listening = Listening(self._queue_work, self._tasks.spawn)
         self._detect(self.config.audio.input.turn_detection)
+        self._suppress_noise(self.config.audio.input.noise_reduction)
         self._input = _input_stream()
         self._response: RealtimeResponse | None = None  # the conversation's, at most one
         self._out_of_band: dict[str, RealtimeResponse] = {}
@@ -139,10 +145,12 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
 
     def start(self) -> None:
         self._emit(proto.SessionCreated(session=self.config.to_wire()))
-        if self._transcription_refused:
-            self._transcription_unavailable(event_id=None)
+        for field in self._inputs_refused:
+            self._input_unavailable(field, event_id=None)
         if self._tools_refused:
             self._tools_unavailable("session.tools", event_id=None)
+        if self._semantic_refused:
+            self._semantic_vad_unavailable(event_id=None)
         super().start()
 
     # ----------------------------------------------------------------- lifecycle
@@ -234,23 +242,33 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             param = ".".join(["session", field_path(loc)]) if loc else "session"
             self._error(text, code="invalid_value", event_id=message.event_id, param=param)
             return
-        config, refused = self._honour_transcription(config)
+        config, inputs_refused = self._honour_inputs(config)
         config, tools_refused = self._honour_tools(config)
+        config, semantic_refused = self._honour_turn_detection(config)
         detection = config.audio.input.turn_detection
         if detection != self.config.audio.input.turn_detection:
             self._detect(detection)
+        self._suppress_noise(config.audio.input.noise_reduction)
         self.config = config
         self._emit(proto.SessionUpdated(session=config.to_wire()))
-        if refused:
-            self._transcription_unavailable(message.event_id)
+        for field in inputs_refused:
+            self._input_unavailable(field, message.event_id)
         if tools_refused:
             self._tools_unavailable("session.tools", message.event_id)
+        if semantic_refused:
+            self._semantic_vad_unavailable(message.event_id)
 
-    def _honour_transcription(self, config: proto.SessionConfig) -> tuple[proto.SessionConfig, bool]:
-        """Without a recogniser, asked-for transcription is reported off (null); True when so refused."""
-        if config.audio.input.transcription is None or self._transcriber is not None:
-            return config, False
-        return config.updated({"audio": {"input": {"transcription": None}}}), True
+    def _honour_inputs(self, config: proto.SessionConfig) -> tuple[proto.SessionConfig, list[InputField]]:
+        """Input processing asked for that this server cannot give (no recogniser for its engine, no RNNoise
+        installed) is reported off (null); the fields so refused."""
+        able: dict[InputField, bool] = {
+            "transcription": self._transcriber is not None,
+            "noise_reduction": denoise.available(),
+        }
+        refused = [field for field, ok in able.items() if not ok and getattr(config.audio.input, field) is not None]
+        if refused:
+            config = config.updated({"audio": {"input": dict.fromkeys(refused)}})
+        return config, refused
 
     def _honour_tools(self, config: proto.SessionConfig) -> tuple[proto.SessionConfig, bool]:
         """An engine that calls no tools gets none: they are reported empty; True when so refused."""
@@ -258,27 +276,33 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             return config, False
         return config.updated({"tools": [], "tool_choice": "auto"}), True
 
+    def _honour_turn_detection(self, config: proto.SessionConfig) -> tuple[proto.SessionConfig, bool]:
+        """Without the end-of-turn model, semantic_vad is reported as the server_vad it falls back to
+        (the silence its eagerness stands for); True when so refused."""
+        silence = fallback_silence_ms(config.audio.input.turn_detection, self.settings.end_of_turn_model)
+        if silence is None:
+            return config, False
+        fallback = {"type": "server_vad", "silence_duration_ms": silence}
+        return config.updated({"audio": {"input": {"turn_detection": fallback}}}), True
+
     def _tools_unavailable(self, param: str, event_id: str | None) -> None:
         self._error(proto.TOOLS_UNAVAILABLE, code="tools_unavailable", event_id=event_id, param=param)
 
-    def _transcription_unavailable(self, event_id: str | None) -> None:
-        self._error(
-            proto.TRANSCRIPTION_UNAVAILABLE,
-            code="transcription_unavailable",
-            event_id=event_id,
-            param="session.audio.input.transcription",
-        )
+    def _semantic_vad_unavailable(self, event_id: str | None) -> None:
+        param = "session.audio.input.turn_detection.type"
+        self._error(proto.SEMANTIC_VAD_UNAVAILABLE, code="semantic_vad_unavailable", event_id=event_id, param=param)
+
+    def _input_unavailable(self, field: InputField, event_id: str | None) -> None:
+        message = proto.TRANSCRIPTION_UNAVAILABLE if field == "transcription" else proto.NOISE_REDUCTION_UNAVAILABLE
+        self._error(message, code=f"{field}_unavailable", event_id=event_id, param=f"session.audio.input.{field}")
 
     def _detect(self, detection: proto.TurnDetectionConfig | None) -> None:
         """The listening path's turn detection, with this session's settings."""
-        settings = (
-            None
-            if detection is None
-            else VadSettings(
-                detection.threshold, detection.prefix_padding_ms, detection.silence_ms, detection.interrupt_response
-            )
-        )
-        self._listening.detect(settings, self.talker.echo if self.talker is not None else None)
+        echo = self.talker.echo if self.talker is not None else None
+        self._listening.detect(vad_settings(detection, self.settings.min_interruption_ms), echo)
+
+    def _suppress_noise(self, noise_reduction: proto.NoiseReductionConfig | None) -> None:
+        self._listening.suppress_noise(noise_reduction.strength if noise_reduction is not None else None)
 
     def _append_audio(self, pcm16: bytes, event_id: str | None = None) -> None:
         """16 kHz audio into the listening path, whose events the loop handles in turn."""
@@ -293,16 +317,24 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         else:
             await super()._do(work)
 
-    async def _on_heard(self, event: TurnTakingEvent) -> None:
+    async def _on_heard(self, event: TurnTakingEvent | IdleTimeout) -> None:
         """Server VAD: announce speech, interrupt the answer, commit the utterance and answer it."""
         detection = self.config.audio.input.turn_detection
         if detection is None:  # turned off since the VAD heard it
             return
+        if isinstance(event, IdleTimeout):
+            await self._prompt(event)
+            return
         if isinstance(event, SpeechStarted):
             self._speech_item_id = proto.new_id("item")
             self._emit(proto.SpeechStarted(audio_start_ms=int(event.audio_start_ms), item_id=self._speech_item_id))
-            if self._listening.barges_in(event) and self._response is not None:
-                await self._interrupt(self._response, "turn_detected")
+        response = self._response
+        barge_in = self._listening.barge_in(event, answering=response is not None)
+        if response is not None and barge_in == "interrupt":
+            await self._interrupt(response, "turn_detected")
+        elif response is not None and barge_in is not None:
+            response.answer.judged(hold=barge_in == "hold")
+        if not isinstance(event, SpeechStopped | EchoIgnored):
             return
         item_id = self._speech_item_id or proto.new_id("item")
         if isinstance(event, SpeechStopped):
@@ -313,6 +345,17 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         self._commit(utterance, item_id)
         if detection.create_response and self._response is None and not self._tool_running():
             await self._create_response(proto.ResponseParams(), event_id=None)
+
+    async def _prompt(self, timeout: IdleTimeout) -> None:
+        """The user stayed silent for idle_timeout_ms: OpenAI's `timeout_triggered`, the silence committed
+        as their item, and a response, unless one runs or a tool's output is awaited."""
+        if self._response is not None or self._tool_running():
+            return
+        item_id = proto.new_id("item")
+        start_ms, end_ms = int(timeout.audio_start_ms), int(timeout.audio_end_ms)
+        self._emit(proto.TimeoutTriggered(audio_start_ms=start_ms, audio_end_ms=end_ms, item_id=item_id))
+        self._commit(self._listening.silence(timeout), item_id)
+        await self._create_response(proto.ResponseParams(), event_id=None)
 
     def _tool_running(self) -> bool:
         """A call of the conversation's waits for its output (not longer than TOOL_OUTPUT_WAIT_S):
@@ -579,6 +622,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             self._out_of_band[response.id] = response
         else:
             self._response = response
+            self._listening.busy()
         self._emit(proto.ResponseCreated(response=response.wire("in_progress")))
         answer.start(self._tasks.spawn, build)
 
@@ -683,6 +727,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             self._out_of_band.pop(response.id, None)
         elif self._response is response:
             self._response = None
+            self._listening.answered(response.answer.playback_left_ms if status == "completed" else 0.0)
             now = time.monotonic()
             self._awaiting.update({call.call_id: now for call in response.calls})
         response.finish(status, error)

@@ -41,6 +41,9 @@ logger = logging.getLogger(__name__)
 ENGINE_CALL_TIMEOUT_S = 5.0  # an engine's abort or interact call
 CANCEL_WAIT_S = 5.0  # a cancelled task of the session unwinding
 MAX_WORK_ITEMS = 16
+# Client messages waiting, as received: four of the largest a WebSocket takes (16 MiB), however many
+# are allowed by count (a DataChannel message is at most 1 MiB).
+MAX_INBOX_BYTES = 64 * 1024 * 1024
 
 Send = Callable[[dict[str, Any]], None]
 
@@ -77,7 +80,7 @@ class Session(ABC, Generic[M, E]):
     def __post_init__(self) -> None:
         self.closed = asyncio.Event()
         self.errors_sent = 0
-        self._inbox: Inbox[M] = Inbox(self.max_messages, MAX_WORK_ITEMS)
+        self._inbox: Inbox[M] = Inbox(self.max_messages, MAX_WORK_ITEMS, MAX_INBOX_BYTES)
         self._tasks = TaskSet()
         self._closing = False
         self._closer: asyncio.Task[None] | None = None
@@ -147,7 +150,7 @@ class Session(ABC, Generic[M, E]):
         if isinstance(message, Refusal):
             self._refuse(message)
             return
-        if not self._inbox.put_message(message):
+        if not self._inbox.put_message(message, len(raw)):
             self._error(MESSAGE_QUEUE_FULL)
             return
         self._queued(message)
@@ -157,7 +160,7 @@ class Session(ABC, Generic[M, E]):
         self._refuse(self.binary_refusal)
 
     def receive_undecodable_text(self) -> None:
-        """A text message that was not UTF-8, dropped by its DataChannel (patches/datachannel_text.py);
+        """A text message that was not UTF-8, dropped by its DataChannel (patches/datachannel_receive.py);
         a WebSocket's is refused by aiohttp, which closes the socket (1007) as RFC 6455 requires."""
         self._touch()
         self._error(TEXT_NOT_UTF8)

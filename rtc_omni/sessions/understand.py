@@ -30,6 +30,7 @@ from ..engines.engine import (
     UnderstandEngine,
     UnderstandTurn,
 )
+from ..media import denoise
 from ..media.evs import FrameSimilarityFilter
 from ..media.images import ImageTooLarge, open_image
 from ..media.vad import SpeechStarted, SpeechStopped
@@ -39,12 +40,14 @@ from ..protocol import understand_messages as proto
 from ..protocol.codec import Refusal
 from .answer import Answer, Failure, Outcome
 from .camera import Camera, engine_frames, now_ms
+from .end_of_turn import fallback_silence_ms
 from .frame_buffer import BufferedFrame
+from .idle_prompt import IdleTimeout
 from .inbox import WorkItem
 from .listening import Heard, Listening
 from .outputs import Talker
 from .session import Session
-from .turn_taking import TurnTakingEvent, VadSettings
+from .turn_taking import EchoIgnored, TurnTakingEvent, vad_settings
 
 if TYPE_CHECKING:
     from ..media.ingest import MediaSink
@@ -87,7 +90,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         self._config_queued = False  # judge what follows a queued config as the config's processor will
         self._camera = Camera(50)
         self._dc_filter: FrameSimilarityFilter | None = None
-        self._listening = Listening(self._queue_work)
+        self._listening = Listening(self._queue_work, self._tasks.spawn)
         self._history: deque[dict[str, Any]] = deque(maxlen=MAX_HISTORY_MESSAGES)
         self._turn: _Turn | None = None
         self._engine_session: EngineSession | None = None  # engine-side state, for engines that keep one
@@ -105,12 +108,16 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         self._listening.audio.clear()
         self._history.clear()
 
-    def _error(self, message: str, request_id: str | None = None, detail: str | None = None) -> None:
+    def _error(
+        self, message: str, request_id: str | None = None, detail: str | None = None, code: str | None = None
+    ) -> None:
         event = proto.ErrorEvent(message=message)
         if request_id is not None:
             event.request_id = request_id
         if detail is not None:
             event.detail = detail
+        if code is not None:
+            event.code = code
         self._emit(event)
 
     def _ends_reference_session(self, message: str) -> None:
@@ -204,23 +211,25 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         self._apply_config(proto.SessionConfig(), explicit=False)
 
     def _apply_config(self, config: proto.SessionConfig, *, explicit: bool) -> None:
-        if not explicit and self.settings.turn_detection == "server_vad":
-            config.turn_detection = proto.TurnDetection()
+        if not explicit and self.settings.turn_detection != "none":
+            config.turn_detection = proto.TurnDetection(type=self.settings.turn_detection)
+        if not explicit and self.settings.noise_reduction != "none":
+            config.noise_reduction = proto.NoiseReduction(type=self.settings.noise_reduction)
         if self.strict_reference:
             config.audio_events = True  # the reference's only way to return speech
-        self.config = config
+        if config.noise_reduction is not None and not denoise.available():
+            config.noise_reduction = None
+            self._error(proto.NOISE_REDUCTION_UNAVAILABLE, detail=proto.NOISE_REDUCTION_HINT)
         detection = config.turn_detection
-        self._listening.detect(
-            None
-            if detection is None
-            else VadSettings(
-                detection.threshold,
-                detection.prefix_padding_ms,
-                detection.silence_duration_ms,
-                detection.interrupt_response,
-            ),
-            self.talker.echo if self.talker is not None else None,
-        )
+        silence = fallback_silence_ms(detection, self.settings.end_of_turn_model)
+        if detection is not None and silence is not None:
+            detection = detection.model_copy(update={"type": "server_vad", "silence_duration_ms": silence})
+            config.turn_detection = detection
+            self._error(proto.SEMANTIC_VAD_UNAVAILABLE, detail=proto.SEMANTIC_VAD_HINT, code="semantic_vad_unavailable")
+        self.config = config
+        echo = self.talker.echo if self.talker is not None else None
+        self._listening.detect(vad_settings(detection, self.settings.min_interruption_ms), echo)
+        self._listening.suppress_noise(config.noise_reduction.strength if config.noise_reduction else None)
         self._explicit_config = explicit
         self._camera.frames.max_frames = config.max_frames
         self._dc_filter = FrameSimilarityFilter(config.frame_filter_threshold) if config.enable_frame_filter else None
@@ -341,14 +350,27 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         if not self._listening.hear(pcm16):
             self._error(proto.AUDIO_BUFFER_OVERFLOW)
 
-    async def _on_heard(self, event: TurnTakingEvent) -> None:
-        """Server VAD: announce speech, barge in on the talker, and answer the utterance it ends."""
+    async def _on_heard(self, event: TurnTakingEvent | IdleTimeout) -> None:
+        """Server VAD: announce speech, barge in on the talker, and answer the utterance it ends; after
+        `idle_timeout_ms` of silence, answer that silence."""
         if self._listening.detection is None:
+            return
+        if isinstance(event, IdleTimeout):
+            if self._turn is None:
+                self._emit(
+                    proto.TimeoutTriggeredEvent(audio_start_ms=event.audio_start_ms, audio_end_ms=event.audio_end_ms)
+                )
+                await self._start_turn("", audio=self._listening.silence(event), speech_ms=None)
             return
         if isinstance(event, SpeechStarted):
             self._emit(proto.SpeechStartedEvent(audio_start_ms=event.audio_start_ms))
-            if self._listening.barges_in(event) and self._turn is not None:
-                await self._cancel_turn(notify=True)
+        turn = self._turn
+        barge_in = self._listening.barge_in(event, answering=turn is not None)
+        if turn is not None and barge_in == "interrupt":
+            await self._cancel_turn(notify=True)
+        elif turn is not None and barge_in is not None:
+            turn.answer.judged(hold=barge_in == "hold")
+        if not isinstance(event, SpeechStopped | EchoIgnored):
             return
         if isinstance(event, SpeechStopped):
             self._emit(proto.SpeechStoppedEvent(audio_end_ms=event.audio_end_ms))
@@ -409,6 +431,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
             )
 
         self._turn = turn
+        self._listening.busy()
         self._emit(proto.ResponseStart(request_id=answer.request_id))
         answer.start(self._tasks.spawn, build)
 
@@ -417,6 +440,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         turn, self._turn = self._turn, None
         if turn is None or await turn.answer.interrupt() is None:
             return
+        self._listening.answered(0.0)
         if notify:
             self._emit(proto.ResponseCancelled(request_id=turn.answer.request_id))
 
@@ -462,10 +486,13 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         self._history.append({"role": "user", "content": turn.query})
         self._history.append({"role": "assistant", "content": answer.text})
         self._turn = None
+        assert self.config is not None
+        self._listening.answered(answer.playback_left_ms if self.config.audio_events else 0.0)
 
     def on_failed(self, answer: Answer, failure: Failure) -> None:
         turn = self._turn_of(answer)
         self._turn = None
+        self._listening.answered(0.0)
         message = proto.ENGINE_STALLED if failure.kind == "stalled" else proto.QUERY_PROCESSING_FAILED
         self._error(message, request_id=answer.request_id, detail=failure.detail)
         if not turn.text_done_sent:

@@ -31,7 +31,7 @@ from ..media.talker import TalkerAudioTrack
 from ..media.video_out import GeneratedVideoTrack
 from ..metrics import DATACHANNEL_OVERFLOWS
 from ..patches.codecs import negotiated_codecs
-from ..patches.datachannel_text import NOT_UTF8
+from ..patches.datachannel_receive import NOT_UTF8
 from ..patches.decoding import decode_audio_on_the_loop
 from ..patches.ice_candidates import keep_consent_while
 from ..patches.jitter import release_audio_on_arrival, release_frames_when_complete

@@ -38,20 +38,22 @@ const PTT_HINT =
   "Push to talk: the server hears your microphone only while you hold the button (or Space while it has focus). " +
   "Releasing it asks with what you said, and the text box if filled. A typed question goes without your voice. " +
   "A new question interrupts the answer in progress.";
+// The empty transcript says what to do next: how to connect (index.html), then this.
+const ASK_HINT = "Type a question below, or hold “Hold to talk” and speak: the answer appears here.";
 const OPEN_MIC_HINT =
   "Open mic: the server hears your microphone all the time; each question takes what it heard since the last one. " +
   "A new question interrupts the answer in progress.";
 
 /** One question and its answer in the transcript. */
 class Turn {
-  constructor(transcript, question, { spoken = false, note = "" } = {}) {
+  constructor(transcript, question, { spoken = false, notes = [] } = {}) {
     this.requestId = null;
     this.sentAt = performance.now();
     this.firstTextMs = null;
     this.firstAudioMs = null;
     this.audioBaseline = null;
     this.text = "";
-    this.note = note;
+    this.notes = notes;
     // thinking | writing | speaking (open), then done | cancelled | interrupted | failed
     this.state = "thinking";
     this.el = document.createElement("article");
@@ -107,7 +109,7 @@ class Turn {
     if (label) parts.push(label);
     if (this.firstTextMs != null) parts.push(`first text ${seconds(this.firstTextMs)}`);
     if (this.firstAudioMs != null) parts.push(`first audio ${seconds(this.firstAudioMs)}`);
-    if (this.note) parts.push(this.note);
+    parts.push(...this.notes);
     this.meta.textContent = parts.join(" · ");
   }
 }
@@ -129,6 +131,8 @@ export class TalkView {
     this.pending = []; // sent, not yet bound to a request_id
     this.configState = "none"; // none | pending | applied | rejected
     this.framesBuffered = 0;
+    this.framesFiltered = 0;
+    this.connectHint = this.transcript.querySelector(".empty").textContent;
     this.timers = [];
     this.pingSentAt = null;
     this.muteUntilRequest = null; // a locally interrupted turn whose audio is muted
@@ -244,6 +248,7 @@ export class TalkView {
     this.stopMedia();
     this.configState = "none";
     this.framesBuffered = 0;
+    this.framesFiltered = 0;
     $("hud-state").textContent = reason === "Disconnected." ? "not connected" : "closed";
     $("talk-settings-state").textContent = "Sent when you connect; fixed for the session once applied.";
     $("talk-apply").hidden = true;
@@ -323,6 +328,8 @@ export class TalkView {
     setText($("ptt-hint"), $("talk-open-mic").checked ? OPEN_MIC_HINT : PTT_HINT);
 
     const connected = Boolean(this.session);
+    const empty = this.transcript.querySelector(".empty");
+    if (empty) setText(empty, connected ? ASK_HINT : this.connectHint);
     const hasMic = Boolean(this.stream && this.stream.getAudioTracks().length);
     $("talk-connect").disabled = connected || this.connecting;
     $("talk-disconnect").disabled = !connected;
@@ -402,13 +409,26 @@ export class TalkView {
     this.notice.clear();
     this.unmuteTalker();
     // Said where it applies: a typed question with push-to-talk carries only silence.
-    const note = !spoken && !this.micLive && this.micProbe ? "typed; mic muted (push to talk), so no voice was sent" : "";
-    const turn = new Turn(this.transcript, text, { spoken, note });
+    const notes = [];
+    if (!spoken && !this.micLive && this.micProbe) notes.push("typed; mic muted (push to talk), so no voice was sent");
+    const frames = this.framesNote();
+    if (frames) notes.push(frames);
+    const turn = new Turn(this.transcript, text, { spoken, notes });
     this.turns.push(turn);
     this.pending.push(turn);
     this.session.send({ type: "video.query", text });
     this.transcript.scrollTop = this.transcript.scrollHeight;
     this.refresh();
+  }
+
+  /** Why a turn sees fewer frames than "Frames per question" asks for; "" when it sees them all. */
+  framesNote() {
+    const wanted = this.config().num_frames;
+    const frames = Math.min(wanted, this.framesBuffered);
+    if (frames >= wanted) return "";
+    // The server keeps only frames that differ (EVS): a still camera leaves one.
+    const why = this.framesFiltered > 0 ? "similar frames are skipped (a still camera gives 1)" : "no more sent yet";
+    return `${frames} of ${wanted} frames: ${why}`;
   }
 
   /** Stop the answer in progress: the talker goes quiet here at once, and the turn is marked. */
@@ -578,6 +598,7 @@ export class TalkView {
     const stats = await sessionStats(this.session.sessionId, this.session.sessionToken);
     if (!stats) return;
     if (typeof stats.frames_buffered === "number") this.framesBuffered = stats.frames_buffered;
+    if (typeof stats.frames_filtered === "number") this.framesFiltered = stats.frames_filtered;
     $("hud-buffered").textContent = String(stats.frames_buffered ?? "–");
     $("hud-filtered").textContent = String(stats.frames_filtered ?? "–");
   }

@@ -46,6 +46,8 @@ async def talk(page: Any, path: Path, full_page: bool) -> None:
     await page.get_by_role("button", name="Connect", exact=True).click()
     await page.get_by_label("Question", exact=True).fill("What do you see?")
     await expect(page.get_by_role("button", name="Ask", exact=True)).to_be_enabled(timeout=20_000)
+    # Once the still camera's frames are filtered, the turn says why it sees 1 of 4 frames.
+    await page.wait_for_function("() => Number(document.getElementById('hud-filtered').textContent) >= 1")
     await page.get_by_label("Question", exact=True).press("Enter")
     await expect(page.locator("#talk-state")).to_have_attribute("data-state", "speaking", timeout=20_000)
     await page.wait_for_function(

@@ -103,6 +103,17 @@ async def assert_fits_phone_width(page: Page) -> None:
     assert widths["page"] <= PHONE_WIDTH and all(extra <= 0 for extra in widths["boxes"]), widths
 
 
+async def assert_in_view_unscrolled(page: Page, *targets: Any) -> None:
+    """Each target lies wholly inside the viewport with the page at its top: seen without scrolling."""
+    await page.evaluate("window.scrollTo(0, 0)")  # Playwright's clicks and fills scroll to their target
+    viewport = page.viewport_size
+    for target in targets:
+        box = await target.bounding_box()
+        assert box is not None, f"{target} is not shown"
+        inside = box["x"] >= 0 and box["y"] >= 0 and box["x"] + box["width"] <= viewport["width"]
+        assert inside and box["y"] + box["height"] <= viewport["height"], f"{target} at {box}, viewport {viewport}"
+
+
 def button(page: Page, name: str) -> Any:
     return page.get_by_role("button", name=name, exact=True)
 
@@ -128,13 +139,25 @@ async def test_talk_answer_names_the_camera_colour_and_the_talker_is_heard(
 ) -> None:
     server = await make_server(spoken_sentences=2)  # ~4 s of the answer spoken; the text is all of it
     page = await open_page(server.url)
+    frames_setting = page.get_by_label("Frames per question", exact=True)
+    await expect(frames_setting).to_have_value("4")
+    await expect(frames_setting).to_have_accessible_description(re.compile("a still camera gives 1"))
     await connect_talk(page)
+    # The still camera's next sampled frame is filtered (EVS) as like the first one.
+    await page.wait_for_function("() => Number(document.getElementById('hud-filtered').textContent) >= 1")
     await ask(page, "What colour do you see?")
 
     first = turn(page, 0)
     await expect(first.locator(".asked")).to_have_text("What colour do you see?")
     await expect(first.locator(".answer")).to_contain_text(f"mostly {CAMERA_COLOUR[0]}", timeout=20_000)
     await expect(first.locator(".answer")).to_contain_text('You asked: "What colour do you see?"')
+    # The answer saw fewer frames than the setting asks for, and the turn says why.
+    seen = re.search(r"I see (\d+) frames? of", await first.locator(".answer").inner_text())
+    assert seen and int(seen.group(1)) < 4, await first.locator(".answer").inner_text()
+    await expect(first.locator(".meta")).to_contain_text(
+        f"{seen.group(1)} of 4 frames: similar frames are skipped (a still camera gives 1)"
+    )
+    await assert_in_view_unscrolled(page, page.locator("#transcript"), page.get_by_label("Question", exact=True))
     # The turn ends when the talker finished speaking it on the RTP track.
     await expect(first).to_have_attribute("data-state", "done", timeout=45_000)
 
@@ -208,6 +231,17 @@ async def test_push_to_talk_asks_with_what_the_microphone_heard(make_server: Any
     assert abs(float(heard.group(2)) - MIC_TONE_HZ) <= 0.05 * MIC_TONE_HZ, heard.group(0)
 
 
+async def test_the_empty_transcript_says_what_to_do_next(make_server: Any, open_page: PageFactory) -> None:
+    server = await make_server()
+    page = await open_page(server.url)
+    hint = page.locator("#transcript .empty")
+    await expect(hint).to_have_text(re.compile("^Connect, then"))
+    await connect_talk(page)
+    await expect(hint).to_have_text("Type a question below, or hold “Hold to talk” and speak: the answer appears here.")
+    await button(page, "Disconnect").click()
+    await expect(hint).to_have_text(re.compile("^Connect, then"))
+
+
 async def test_bad_settings_show_the_servers_error(make_server: Any, open_page: PageFactory) -> None:
     server = await make_server()
     page = await open_page(server.url)
@@ -250,6 +284,7 @@ async def test_generate_plays_the_video_and_takes_a_prompt_change(
     await page.get_by_role("button", name="Generate", exact=True).click()
 
     await page.wait_for_function("() => document.getElementById('gen-video').videoWidth > 0", timeout=20_000)
+    await assert_in_view_unscrolled(page, page.get_by_label("Generated video"))
     red = await page.evaluate(VIDEO_COLOUR)
     assert red[0] > red[1] + 60 and red[0] > red[2] + 60, f"the video is not red: {red}"
     early = (await page.evaluate(INBOUND_STATS, ["generate", "video"]))["framesDecoded"]
@@ -345,6 +380,10 @@ async def test_state_and_meters_follow_the_microphone_and_the_talker_at_phone_wi
     await expect(turn(page, 0).locator(".meta")).to_contain_text("mic muted (push to talk)")
     await expect(button(page, "Interrupt")).to_be_enabled()
     await assert_fits_phone_width(page)
+    # At 390x844 the answer, the state, and what to press next are all in view, with the camera above.
+    in_view = [state, page.locator("#transcript"), page.get_by_label("Question", exact=True)]
+    in_view += [button(page, "Hold to talk"), button(page, "Interrupt"), page.get_by_label("Your camera")]
+    await assert_in_view_unscrolled(page, *in_view)
     await screenshot(page, artifacts, "talk-phone-speaking.png")
 
     # The talker finished: the turn is done, the page listens again and nothing is left to interrupt.
@@ -373,6 +412,10 @@ async def test_change_prompt_works_only_while_the_engine_generates(
     await expect(stop).to_be_enabled()
     await page.get_by_label("New prompt", exact=True).fill("a blue sea")
     await expect(change).to_be_enabled()
+    # At 390x844 the playing video is in view, under the prompt and Stop and over the new prompt.
+    await page.wait_for_function("() => document.getElementById('gen-video').videoWidth > 0", timeout=20_000)
+    video, new_prompt = page.get_by_label("Generated video"), page.get_by_label("New prompt", exact=True)
+    await assert_in_view_unscrolled(page, page.get_by_label("Prompt", exact=True), stop, video, new_prompt)
 
     # The engine has made every frame while they still play: a change has nothing left to apply to.
     await expect(page.locator("#gen-status")).to_contain_text("All 66 frames generated", timeout=20_000)
