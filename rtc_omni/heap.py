@@ -16,6 +16,9 @@ import gc
 # After the first of several closes, long enough for their teardown tasks to let go; also the most
 # often a churn of sessions makes the server collect.
 COLLECT_DELAY_S = 1.0
+# A loaded server may still be tearing a session down at the first collection: it collects again
+# while a collection finds garbage, this many times at most after a close.
+MAX_PASSES = 5
 
 
 def freeze_startup_heap() -> None:
@@ -25,15 +28,20 @@ def freeze_startup_heap() -> None:
 
 
 class ClosedSessionCollector:
-    """Runs one full collection COLLECT_DELAY_S after a session closes, for every close meanwhile."""
+    """Runs a full collection COLLECT_DELAY_S after a session closes (one for every close meanwhile),
+    and again while one finds garbage, up to MAX_PASSES."""
 
     def __init__(self) -> None:
         self._pending: asyncio.TimerHandle | None = None
+        self._passes_left = 0
 
     def session_closed(self) -> None:
+        self._passes_left = MAX_PASSES
         if self._pending is None:
             self._pending = asyncio.get_running_loop().call_later(COLLECT_DELAY_S, self._collect)
 
     def _collect(self) -> None:
         self._pending = None
-        gc.collect()
+        self._passes_left -= 1
+        if gc.collect() and self._passes_left > 0:
+            self._pending = asyncio.get_running_loop().call_later(COLLECT_DELAY_S, self._collect)
