@@ -83,9 +83,20 @@ async def test_many_sessions_leave_nothing_behind(server: RunningServer) -> None
     print(f"\n{SESSIONS} sessions opened and closed: resident memory grew {growth:.1f} MiB")
 
 
-def uncollected(kind: type) -> int:
-    """Objects of `kind` the collector still tracks, garbage or not (no collection is run)."""
-    return sum(1 for obj in gc.get_objects() if isinstance(obj, kind))
+def tracked(kind: type) -> set[int]:
+    """The ids of objects of `kind` the collector still tracks, garbage or not (no collection is run)."""
+    return {id(obj) for obj in gc.get_objects() if isinstance(obj, kind)}
+
+
+def described(ids: set[int], kind: type) -> str:
+    """What holds each object left over: its own description and its referrers' types."""
+    lines = []
+    objects = gc.get_objects()
+    for obj in objects:
+        if id(obj) in ids and isinstance(obj, kind):
+            holders = sorted({type(ref).__qualname__ for ref in gc.get_referrers(obj) if ref is not objects})
+            lines.append(f"{obj!r} held by {', '.join(holders)}")
+    return "; ".join(lines)
 
 
 async def test_closed_sessions_and_their_codecs_are_freed_without_waiting_for_the_collector(
@@ -93,11 +104,21 @@ async def test_closed_sessions_and_their_codecs_are_freed_without_waiting_for_th
 ) -> None:
     await one_session(server, "delete")  # warm up imports, codecs and pools before counting
     gc.collect()
+    # Objects alive before (another test's in this worker process, say) are not this test's sessions.
+    before = {kind: tracked(kind) for kind in (PeerSession, av.CodecContext)}
     gc.disable()  # CPython's own pacing collects nothing now: only the server's collection after a close
     try:
         for ending in ["delete", "peer close", "video.done"]:
             await one_session(server, ending)
+
+        def left() -> dict[type, set[int]]:
+            return {kind: tracked(kind) - ids for kind, ids in before.items()}
+
         # Each closed session is a web of cycles holding its decoders and talker encoder (and their threads).
-        await wait_until(lambda: uncollected(PeerSession) == 0 and uncollected(av.CodecContext) == 0, timeout=10)
+        try:
+            await wait_until(lambda: not any(left().values()), timeout=10)
+        except TimeoutError:
+            report = " / ".join(f"{kind.__name__}: {described(ids, kind)}" for kind, ids in left().items() if ids)
+            pytest.fail(f"left after the server's collections: {report}")
     finally:
         gc.enable()
