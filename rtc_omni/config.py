@@ -65,6 +65,13 @@ class Settings(BaseModel):
         description="A vLLM-Omni (or rtc-omni) server the remote engine forwards sessions to, as ws://HOST:PORT. "
         "Repeat for several: each turn or generation goes to the healthy one with the fewest sessions.",
     )
+    upstream_protocol: Literal["auto", "realtime", "legacy"] = Field(
+        "auto",
+        description="What the remote engine's realtime sessions speak to an upstream: 'realtime' is vLLM-Omni's "
+        "duplex /v1/realtime (voice-only calls, items mirrored, resume); 'legacy' its /v1/video/chat/stream "
+        "(every turn needs a camera frame); 'auto' uses /v1/realtime where an upstream serves it and the older "
+        "endpoint where it does not. Understanding sessions speak the older endpoint.",
+    )
     upstream_retry: float = Field(
         10.0, gt=0, description="Seconds an upstream that failed is skipped before it is tried again."
     )

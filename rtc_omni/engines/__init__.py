@@ -22,6 +22,7 @@ from .engine import (
     UnderstandTurn,
     VideoChunk,
 )
+from .realtime_upstream import REALTIME_PATH
 from .remote import RemoteGenerateEngine, RemoteUnderstandEngine
 from .synthetic import SyntheticEngine
 from .synthetic_video import SyntheticVideoEngine
@@ -84,8 +85,13 @@ async def create_engines(settings: Settings) -> Engines:
                 settings.upstream_api_key,
             )
 
+        realtime = None if settings.upstream_protocol == "legacy" else pool(REALTIME_PATH, UNDERSTAND_MESSAGE_BYTES)
         return Engines(
-            understand=RemoteUnderstandEngine(pool(understand_proto.WEBSOCKET_PATH, UNDERSTAND_MESSAGE_BYTES)),
+            understand=RemoteUnderstandEngine(
+                pool(understand_proto.WEBSOCKET_PATH, UNDERSTAND_MESSAGE_BYTES),
+                realtime,
+                realtime_fallback=settings.upstream_protocol == "auto",
+            ),
             generate=RemoteGenerateEngine(pool(generate_proto.WEBSOCKET_PATH)),
         )
     if settings.engine == "synthetic":

@@ -103,6 +103,12 @@ class UnderstandTurn:
     use_audio_in_video: bool = True
     sampling_params_list: list[dict[str, Any]] | None = None  # per stage: thinker, talker, code2wav
     engine_session: EngineSession | None = None  # set when the engine follows the session live
+    # The conversation's item ids, for an engine that mirrors the conversation upstream (the remote
+    # engine's /v1/realtime): the item each `history` message starts with, the current input's
+    # items, and the id the answer's message will have.
+    history_ids: tuple[str, ...] = ()
+    input_ids: tuple[str, ...] = ()
+    output_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -171,6 +177,7 @@ class LiveSettings:
     use_audio_in_video: bool
     sampling_params_list: list[dict[str, Any]] | None
     audio_streamed: bool  # True: every sampled chunk goes to add_audio; False: each turn brings its own
+    conversation_ids: bool = False  # True: its turns name their items (a realtime conversation)
 
 
 class EngineSession(Protocol):
@@ -186,6 +193,14 @@ class EngineSession(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class ConversationMirror(Protocol):
+    """Optional, for an engine session: one that mirrors the conversation's items upstream is told
+    when an answer is cut to what the user heard, so the model's memory holds only that."""
+
+    def truncate(self, item_id: str, audio_end_ms: int) -> None: ...
 
 
 @runtime_checkable

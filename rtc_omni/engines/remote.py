@@ -37,6 +37,7 @@ from .engine import (
     ChunkEvents,
     ContextLost,
     EngineError,
+    EngineSession,
     GenerateRequest,
     LiveSettings,
     TextDelta,
@@ -44,6 +45,7 @@ from .engine import (
     UnderstandTurn,
     VideoChunk,
 )
+from .realtime_upstream import NotServed, RealtimeUpstreamSession
 from .upstream import Upstream, UpstreamPool
 from .upstream_session import CLOSED_MID_REQUEST, UpstreamSession, UpstreamTurn, too_big_message, unreadable
 
@@ -92,7 +94,7 @@ def _wav_samples(data: str) -> np.ndarray:
     return pcm16_to_float(pcm)
 
 
-def _one_turn_settings(turn: UnderstandTurn) -> LiveSettings:
+def _one_turn_settings(turn: UnderstandTurn, conversation_ids: bool = False) -> LiveSettings:
     """For a turn from no live session: an upstream session that takes exactly the turn's frames."""
     count = max(1, len(turn.frames))
     return LiveSettings(
@@ -104,22 +106,64 @@ def _one_turn_settings(turn: UnderstandTurn) -> LiveSettings:
         use_audio_in_video=turn.use_audio_in_video,
         sampling_params_list=turn.sampling_params_list,
         audio_streamed=False,
+        conversation_ids=conversation_ids,
     )
 
 
 class RemoteUnderstandEngine:
-    """Understanding sessions answered by upstream `/v1/video/chat/stream` servers, one upstream
-    session each (a `LiveUnderstandEngine`)."""
+    """Turns answered by upstream servers, one upstream session per session (a `LiveUnderstandEngine`):
+    a realtime conversation's in a duplex `/v1/realtime` session where an upstream serves them
+    (`realtime_pool`), anything else on `/v1/video/chat/stream`."""
 
     name = "remote"
 
-    def __init__(self, pool: UpstreamPool) -> None:
+    def __init__(
+        self, pool: UpstreamPool, realtime_pool: UpstreamPool | None = None, realtime_fallback: bool = True
+    ) -> None:
+        """`realtime_pool`: the upstreams' `/v1/realtime`, None when the older endpoint serves every
+        session (--upstream-protocol legacy); `realtime_fallback`: a realtime turn goes to the older
+        endpoint when no upstream serves `/v1/realtime` (--upstream-protocol auto)."""
         self.pool = pool
+        self.realtime_pool = realtime_pool
+        self.realtime_fallback = realtime_fallback
 
-    def open_session(self, session_id: str, settings: LiveSettings) -> UpstreamSession:
+    def open_session(self, session_id: str, settings: LiveSettings) -> EngineSession:
+        if settings.conversation_ids and self.realtime_pool is not None:
+            return RealtimeUpstreamSession(self.realtime_pool, session_id, settings)
         return UpstreamSession(self.pool, session_id, settings)
 
     async def generate(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:
+        if self.realtime_pool is not None and (
+            isinstance(turn.engine_session, RealtimeUpstreamSession) or turn.history_ids or turn.input_ids
+        ):
+            try:
+                async for output in self._realtime(turn, self.realtime_pool):
+                    yield output
+                return
+            except NotServed as exc:
+                if not self.realtime_fallback:
+                    raise
+                if not turn.frames:
+                    raise EngineError(f"{exc}, and the older endpoint answers only with a camera frame") from exc
+                logger.info("turn %s: no upstream serves /v1/realtime; the older endpoint answers", turn.request_id)
+        async for output in self._legacy(turn):
+            yield output
+
+    async def _realtime(self, turn: UnderstandTurn, pool: UpstreamPool) -> AsyncIterator[UnderstandOutput]:
+        """In the session's upstream realtime session, or (out of band) one of its own."""
+        session = turn.engine_session
+        own = not isinstance(session, RealtimeUpstreamSession)
+        if not isinstance(session, RealtimeUpstreamSession):
+            session = RealtimeUpstreamSession(pool, turn.request_id, _one_turn_settings(turn, conversation_ids=True))
+        try:
+            async with aclosing(session.answer(turn)) as outputs:
+                async for output in outputs:
+                    yield output
+        finally:
+            if own:
+                await session.close()
+
+    async def _legacy(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:
         session = turn.engine_session
         own = not isinstance(session, UpstreamSession)
         if not isinstance(session, UpstreamSession):

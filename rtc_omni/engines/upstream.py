@@ -126,15 +126,19 @@ class UpstreamPool:
     def mark_not_serving(self, upstream: Upstream) -> None:
         upstream.serves = False
 
-    async def open(self) -> tuple[Upstream, aiohttp.ClientWebSocketResponse]:
-        """A WebSocket to the best upstream that answers, counted as open until `release`;
-        EngineError when none does (the addresses go to the log, not to the client)."""
+    async def open(
+        self, query: str = "", only: Upstream | None = None
+    ) -> tuple[Upstream, aiohttp.ClientWebSocketResponse]:
+        """A WebSocket to the best upstream that answers (or to `only`), at the pool's path plus
+        `query`, counted as open until `release`; EngineError when none does (the addresses go to the
+        log, not to the client)."""
         http = self._session()
         failures: list[str] = []
-        for upstream in self.candidates():
+        for upstream in [only] if only is not None else self.candidates():
             try:
                 async with asyncio.timeout(self.connect_timeout_s):
-                    ws = await http.ws_connect(upstream.url + self.path, max_msg_size=self.max_message_bytes)
+                    url = upstream.url + self.path + query
+                    ws = await http.ws_connect(url, max_msg_size=self.max_message_bytes)
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 self.mark_down(upstream)
                 failures.append(f"{upstream.url}: {_failure(exc, bool(self._headers))}")

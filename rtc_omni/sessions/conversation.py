@@ -115,6 +115,8 @@ class Context:
     query: str  # the text of the trailing user items
     audio: bytes  # their input audio, 16 kHz PCM16
     images: list[bytes]  # the newest pinned images, oldest first
+    history_ids: tuple[str, ...] = ()  # the id of the item each history message starts with
+    input_ids: tuple[str, ...] = ()  # the trailing user items'
 
 
 class Conversation:
@@ -193,18 +195,22 @@ def context_of(items: list[Item]) -> Context:
     earlier = items[:split] + [item for item in items[split:] if not item.is_user_input]
     parts = [part for item in current for part in item.parts]
     images = [part.image for item in items for part in item.parts if part.image is not None]
+    messages = chat_history(earlier)
     return Context(
-        history=chat_history(earlier),
+        history=[message for _, message in messages],
         query=" ".join(p.text for p in parts if p.type == "input_text" and p.text),
         audio=b"".join(p.audio for p in parts),
         images=images[-MAX_TURN_IMAGES:],
+        history_ids=tuple(item_id for item_id, _ in messages),
+        input_ids=tuple(item.id for item in current),
     )
 
 
-def chat_history(items: list[Item]) -> list[dict[str, Any]]:
-    """Items as chat-completions messages: a call joins the assistant message before it (one turn
-    that spoke and then called), a call's output is a `tool` message."""
-    history: list[dict[str, Any]] = []
+def chat_history(items: list[Item]) -> list[tuple[str, dict[str, Any]]]:
+    """Items as chat-completions messages, each with the id of the item it starts with: a call joins
+    the assistant message before it (one turn that spoke and then called), a call's output is a
+    `tool` message."""
+    history: list[tuple[str, dict[str, Any]]] = []
     for item in items:
         if item.type == "function_call":
             call = {
@@ -212,13 +218,14 @@ def chat_history(items: list[Item]) -> list[dict[str, Any]]:
                 "type": "function",
                 "function": {"name": item.name, "arguments": item.arguments},
             }
-            last = history[-1] if history else None
+            last = history[-1][1] if history else None
             if last is None or last["role"] != "assistant":
                 last = {"role": "assistant", "content": ""}
-                history.append(last)
+                history.append((item.id, last))
             last.setdefault("tool_calls", []).append(call)
         elif item.type == "function_call_output":
-            history.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
+            history.append((item.id, {"role": "tool", "tool_call_id": item.call_id, "content": item.output}))
         else:
-            history.append({"role": item.role, "content": " ".join(p.words for p in item.parts if p.words)})
+            words = " ".join(p.words for p in item.parts if p.words)
+            history.append((item.id, {"role": item.role, "content": words}))
     return history

@@ -27,11 +27,15 @@ from PIL import Image
 from pydantic import ValidationError
 
 from ..engines.engine import (
+    ConversationMirror,
     EngineError,
+    EngineSession,
     ForcedTool,
     FunctionArguments,
     FunctionCallStarted,
     FunctionTool,
+    LiveSettings,
+    LiveUnderstandEngine,
     ToolChoice,
     Transcriber,
     TurnFrame,
@@ -142,6 +146,25 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         self._camera = Camera(MAX_TURN_IMAGES)  # the newest sampled camera frames go with each response
         self._camera.filter_track(True)
         self.responses: Counter[Outcome] = Counter()
+        self._engine_session = self._open_engine_session()
+
+    def _open_engine_session(self) -> EngineSession | None:
+        """Engine session hook: an engine that follows sessions (the remote engine) keeps the
+        conversation's responses in one upstream session, its items mirrored by id."""
+        if not isinstance(self.engine, LiveUnderstandEngine):
+            return None
+        settings = LiveSettings(
+            model=self.config.model,
+            system_prompt=self.config.instructions or None,
+            modalities=tuple(self.config.output_modalities),
+            num_frames=MAX_TURN_IMAGES,
+            max_frames=MAX_TURN_IMAGES,
+            use_audio_in_video=False,
+            sampling_params_list=None,
+            audio_streamed=False,
+            conversation_ids=True,
+        )
+        return self.engine.open_session(self.session_id, settings)
 
     def start(self) -> None:
         self._emit(proto.SessionCreated(session=self.config.to_wire()))
@@ -163,6 +186,8 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         self._out_of_band.clear()
         for response in responses:
             await response.answer.interrupt()
+        if self._engine_session is not None:
+            await self._engine_session.close()
 
     async def _release(self) -> None:
         self._listening.audio.clear()
@@ -553,6 +578,8 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         kept = round(len(words) * audio_end_ms / sent_ms) if sent_ms else 0
         part.transcript = " ".join(words[:kept])
         part.audio = part.audio[: int(audio_end_ms * TALKER_SAMPLE_RATE / 1000) * 2]
+        if isinstance(self._engine_session, ConversationMirror):
+            self._engine_session.truncate(item.id, audio_end_ms)
         self._emit(proto.ItemTruncated(item_id=item.id, content_index=index, audio_end_ms=audio_end_ms))
 
     # ----------------------------------------------------------------- responses
@@ -616,6 +643,11 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
                 model=model,
                 tools=engine_tools(tools),
                 tool_choice=engine_choice(choice),
+                # An out-of-band response is computed apart from the conversation the engine follows.
+                engine_session=None if out_of_band else self._engine_session,
+                history_ids=context.history_ids,
+                input_ids=context.input_ids,
+                output_id=response.message_id,
             )
 
         if out_of_band:

@@ -45,6 +45,7 @@ class RealtimeResponse:
         self.cancel_reason: CancelReason = "client_cancelled"
         self.outputs: list[Item] = []
         self.message: Item | None = None  # the message item the model spoke or wrote into, once it did
+        self.message_id = proto.new_id("item")  # known before it opens: an engine mirroring items names it
         self.ended = False
         self._emit = emit
         self._open: Item | None = None
@@ -146,7 +147,7 @@ class RealtimeResponse:
         if self._open is not None and self._open.type == "message":
             return self._open
         self._close_open("completed")
-        item = Item(id=proto.new_id("item"), role="assistant", status="in_progress")
+        item = Item(id=self.message_id, role="assistant", status="in_progress")
         self._open_item(item)
         part = (
             Part(type="output_audio", transcript="") if self.modality == "audio" else Part(type="output_text", text="")

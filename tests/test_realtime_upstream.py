@@ -1,0 +1,118 @@
+"""A realtime call through a gateway (`--engine remote`) whose upstream speaks OpenAI Realtime: here
+another rtc-omni on the synthetic engine, as an engine process of `--workers` is. The client is the
+official SDK (every event validated against its union); what the upstream was asked is read from
+its own session. vLLM-Omni's genuine duplex handler: tests/test_realtime_upstream_genuine.py."""
+
+from __future__ import annotations
+
+import re
+
+from rtc_omni.sessions.realtime import RealtimeSession
+from rtc_omni.signaling.websocket import WebSocketSession
+
+from .conftest import RunningServer, ServerFactory
+from .realtime_client import Realtime, add_user_text, append_audio, connect, text_of, tone_pcm24k
+from .test_bridge import gateway
+from .waiting import wait_until
+
+TRANSCRIPT = "response.output_audio_transcript.delta"
+
+
+def upstream_binding(backend: RunningServer) -> WebSocketSession:
+    """The upstream's one WebSocket session."""
+    found = [backend.registry.get(i) for i in backend.registry]
+    assert len(found) == 1 and isinstance(found[0], WebSocketSession), found
+    return found[0]
+
+
+def upstream_session(backend: RunningServer) -> RealtimeSession:
+    session = upstream_binding(backend).session
+    assert isinstance(session, RealtimeSession)
+    return session
+
+
+def earlier_items(events: list[dict]) -> int:
+    """How many earlier items the upstream's synthetic engine was given (it says so)."""
+    said = re.search(r"I was given (\d+) earlier conversation items", text_of(events, TRANSCRIPT))
+    return int(said.group(1)) if said else 0
+
+
+async def voice_only(rt: Realtime) -> None:
+    update = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
+    await rt.send({"type": "session.update", "session": update})
+    await rt.until("session.updated")
+
+
+async def test_a_voice_only_call_is_answered_with_the_conversation_mirrored_upstream(
+    make_server: ServerFactory,
+) -> None:
+    backend = await make_server()
+    server = await gateway(make_server, backend)
+    async with connect(server) as rt:
+        await voice_only(rt)
+        await append_audio(rt, tone_pcm24k(330, 1.0))
+        await rt.send({"type": "input_audio_buffer.commit"})
+        first = await rt.respond()
+        assert first[-1]["response"]["status"] == "completed"
+        assert "I heard 1.00 seconds of audio, dominant frequency about 330 Hz" in text_of(first, TRANSCRIPT)
+        assert any(e["type"] == "response.output_audio.delta" for e in first)
+        assert first[-1]["response"]["usage"]["input_token_details"]["audio_tokens"] > 0
+
+        await add_user_text(rt, "And the second question?")
+        second = await rt.respond()
+        assert earlier_items(second) == 2  # the spoken question and its answer, not sent again
+
+        spoken = next(e["item_id"] for e in first if e["type"] == "input_audio_buffer.committed")
+        await rt.send({"type": "conversation.item.delete", "item_id": spoken})
+        await rt.until("conversation.item.deleted")
+        await add_user_text(rt, "And the third?")
+        third = await rt.respond()
+        assert earlier_items(third) == 3  # the first answer, the second question and answer
+
+        upstream = upstream_session(backend)
+        assert len(upstream._conversation) == 5  # noqa: SLF001 - what the upstream holds
+    assert rt.events, "every event validated against the SDK's union"
+
+
+async def test_cancel_and_truncation_reach_the_upstream(make_server: ServerFactory) -> None:
+    backend = await make_server(synthetic_audio_speed=1.0)  # speech generated in real time: cancellable
+    server = await gateway(make_server, backend)
+    async with connect(server) as rt:
+        await voice_only(rt)
+        await add_user_text(rt, "Tell me a long story.")
+        await rt.send({"type": "response.create"})
+        await rt.until("response.output_audio.delta")
+        await rt.send({"type": "response.cancel"})
+        done = await rt.until("response.done")
+        assert done[-1]["response"]["status"] == "cancelled"
+        upstream = upstream_session(backend)
+        await wait_until(lambda: upstream.responses["cancelled"] == 1, timeout=5)
+
+        await add_user_text(rt, "Now a short one.")
+        events = await rt.respond()
+        answer = next(e["item"]["id"] for e in events if e["type"] == "response.output_item.added")
+        await rt.send({"type": "conversation.item.truncate", "item_id": answer, "content_index": 0, "audio_end_ms": 300})
+        await rt.until("conversation.item.truncated")
+
+        def upstream_answer_ms() -> float:
+            last = list(upstream._conversation)[-1]  # noqa: SLF001 - what the upstream holds
+            return len(last.parts[0].audio) / 48.0  # 24 kHz PCM16
+
+        await wait_until(lambda: round(upstream_answer_ms()) == 300, timeout=5)
+
+
+async def test_a_lost_upstream_session_is_replaced_with_the_conversation_replayed(make_server: ServerFactory) -> None:
+    backend = await make_server()
+    server = await gateway(make_server, backend)
+    async with connect(server) as rt:
+        await voice_only(rt)
+        await add_user_text(rt, "First question.")
+        await rt.respond()
+        await upstream_binding(backend).close()  # the upstream drops the session (an OpenAI server cannot resume)
+        await wait_until(lambda: len(backend.registry) == 0, timeout=5)
+
+        await add_user_text(rt, "Second question.")
+        events = await rt.respond()
+        assert events[-1]["response"]["status"] == "completed"
+        assert earlier_items(events) == 2  # the first question and answer, replayed as text
+        assert not [e for e in rt.events if e["type"] == "error"]
