@@ -91,7 +91,8 @@ async def test_cancel_and_truncation_reach_the_upstream(make_server: ServerFacto
         await add_user_text(rt, "Now a short one.")
         events = await rt.respond()
         answer = next(e["item"]["id"] for e in events if e["type"] == "response.output_item.added")
-        await rt.send({"type": "conversation.item.truncate", "item_id": answer, "content_index": 0, "audio_end_ms": 300})
+        truncate = {"type": "conversation.item.truncate", "item_id": answer, "content_index": 0}
+        await rt.send({**truncate, "audio_end_ms": 300})
         await rt.until("conversation.item.truncated")
 
         def upstream_answer_ms() -> float:
