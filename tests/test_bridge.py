@@ -20,7 +20,6 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from rtc_omni.client.rtc_peers import GenerateClient
-from rtc_omni.config import Settings
 from rtc_omni.engines import (
     AudioChunk,
     EngineError,
@@ -31,12 +30,12 @@ from rtc_omni.engines import (
     UnderstandOutput,
     UnderstandTurn,
     UpstreamPool,
-    create_engines,
 )
 from rtc_omni.signaling.keys import ENGINES
 
-from .conftest import FAST_SETTINGS, ClientFactory, RunningServer, ServerFactory
+from .conftest import ClientFactory, RunningServer, ServerFactory
 from .generate_client import received_through
+from .genuine import gateway_to
 
 
 class CountingEngine(SyntheticEngine):
@@ -57,11 +56,7 @@ def ws_url(server: RunningServer) -> str:
 
 
 async def gateway(make_server: ServerFactory, *backends: RunningServer, **overrides: object) -> RunningServer:
-    settings = Settings(
-        **{**FAST_SETTINGS, **overrides}, engine="remote", upstream=[ws_url(b) for b in backends], upstream_retry=60
-    )
-    engines = await create_engines(settings)
-    return await make_server(engine=engines.understand, video_engine=engines.generate)
+    return await gateway_to(make_server, *[ws_url(b) for b in backends], **overrides)
 
 
 def _accepted(event: dict) -> bool:

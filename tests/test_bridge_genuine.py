@@ -8,32 +8,18 @@ had against them, by what the peer sees and what the upstream engine was asked.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import copy
-import os
-import subprocess
-import tempfile
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
 
-from rtc_omni.app import create_app
 from rtc_omni.client.rtc_peers import GenerateClient
-from rtc_omni.config import Settings
-from rtc_omni.engines import create_engines
 
-from .conftest import FAST_SETTINGS, ClientFactory, RunningServer
-from .tools import require_loopback_namespace, unavailable
+from .conftest import ClientFactory, RunningServer, ServerFactory
+from .genuine import Genuine, Vanishing, gateway_to
 
 pytestmark = pytest.mark.slow  # vLLM-Omni servers in subprocesses
 
-SCRIPT = Path(__file__).resolve().parent / "vllm_cpu" / "genuine_server.py"
-START_TIMEOUT_S = 180.0  # importing vLLM on a busy 2-core machine
 QWEN = "qwen-omni-tiny"
 WAN = "wan-tiny"
 SETTINGS_SENT = {
@@ -42,62 +28,6 @@ SETTINGS_SENT = {
     "sampling_params_list": [{"temperature": 0.3, "max_tokens": 50}],
     "use_audio_in_video": False,
 }
-
-
-class Genuine:
-    """One genuine_server.py process on 127.0.0.1."""
-
-    def __init__(self, *args: str) -> None:
-        python = os.environ.get("RTC_OMNI_VLLM_PYTHON")
-        if not python:
-            unavailable("RTC_OMNI_VLLM_PYTHON names no vLLM-Omni environment (tests/vllm_cpu/env.sh builds one)")
-        require_loopback_namespace()
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="genuine-", suffix=".log")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [python, str(SCRIPT), "--port", "0", *args],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""},
-        )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            lines = Path(self.log.name).read_text().splitlines()
-            port = next((line.split()[-1] for line in lines if line.startswith("listening on")), None)
-            if port is not None:
-                break
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("genuine_server.py did not start:\n" + "\n".join(lines[-30:]))
-            time.sleep(0.2)
-        self.url = f"ws://127.0.0.1:{port}"
-        self.http = f"http://127.0.0.1:{port}"
-
-    def under(self, prefix: str) -> Genuine:
-        """The same server, addressed under a path prefix (its record stays at the root)."""
-        view = copy.copy(self)
-        view.url = self.url + prefix
-        return view
-
-    async def record(self) -> dict[str, list[Any]]:
-        async with aiohttp.ClientSession() as http:
-            async with http.get(self.http + "/test/record") as response:
-                return await response.json()
-
-    async def wait_record(self, where: Callable[[dict[str, list[Any]]], bool], timeout: float = 10.0) -> dict:
-        async with asyncio.timeout(timeout):
-            while not where(record := await self.record()):
-                await asyncio.sleep(0.05)
-        return record
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log.close()
 
 
 @pytest.fixture(scope="module")
@@ -123,64 +53,15 @@ def generation_without_streaming(genuine: Genuine) -> Genuine:
     return genuine.under("/whole")
 
 
-class Vanishing:
-    """A TCP forwarder on 127.0.0.1 to an upstream: an upstream that `vanish()`es as a killed process
-    does (its connections drop, new ones are refused), without starting a second vLLM-Omni server
-    (~20 CPU-s of imports)."""
-
-    def __init__(self, target: Genuine) -> None:
-        self.target_port = int(target.url.rsplit(":", 1)[1])
-        self.transports: list[asyncio.BaseTransport] = []
-        self.pipes: set[asyncio.Task[None]] = set()
-
-    async def start(self) -> str:
-        self.server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        return f"ws://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        self.transports += [writer.transport, up_writer.transport]
-        for source, sink in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.ensure_future(self._pipe(source, sink))
-            self.pipes.add(task)
-            task.add_done_callback(self.pipes.discard)
-
-    @staticmethod
-    async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError):
-            while data := await source.read(65536):
-                sink.write(data)
-                await sink.drain()
-        sink.close()
-
-    async def vanish(self) -> None:
-        self.server.close()
-        for transport in self.transports:
-            transport.abort()
-        for task in list(self.pipes):
-            task.cancel()
-        await asyncio.gather(*self.pipes, return_exceptions=True)
-        await self.server.wait_closed()
-
-
 GatewayFactory = Callable[..., Awaitable[RunningServer]]
 
 
 @pytest.fixture
-async def gateway() -> AsyncIterator[GatewayFactory]:
-    """`rtc-omni serve --engine remote --upstream ...`, without --model."""
-    servers: list[TestServer] = []
-
+def gateway(make_server: ServerFactory) -> GatewayFactory:
     async def factory(*upstreams: str) -> RunningServer:
-        settings = Settings(**FAST_SETTINGS, engine="remote", upstream=list(upstreams), upstream_retry=60)
-        server = TestServer(create_app(settings, engines=await create_engines(settings)), host="127.0.0.1", port=0)
-        await server.start_server()
-        servers.append(server)
-        return RunningServer(server)
+        return await gateway_to(make_server, *upstreams)
 
-    yield factory
-    for server in servers:
-        await server.close()
+    return factory
 
 
 def _requests(record: dict[str, list[Any]], query: str) -> list[dict[str, Any]]:

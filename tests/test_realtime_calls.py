@@ -168,14 +168,6 @@ async def test_cancel_silences_the_talker(make_server: ServerFactory, call: Call
     await asyncio.sleep(1.0)  # long enough to hear any speech that kept playing
 
     assert done["response"]["status"] == "cancelled"
-    print(
-        "DBG",
-        [
-            (round(f.at - cleared["_at"], 3), round(f.rms, 4))
-            for f in call.recorder.frames
-            if f.at > cleared["_at"] - 0.3
-        ],
-    )
     assert call.recorder.voiced_frames(since=cleared["_at"] + HEARD_AFTER_CANCEL_S) == 0
     # The item keeps what the peer was sent: no more than the time it was playing, at least what it heard.
     item = done["response"]["output"][0]

@@ -97,6 +97,7 @@ class _Socket:
 class _Played:
     """The last answer's audio, until its playback is acknowledged upstream."""
 
+    response_id: str | None
     item_id: str
     sent_ms: float
     heard_ms: float | None = None  # set by a truncation
@@ -223,7 +224,8 @@ class RealtimeUpstreamSession:
             if kind == "response.output_item.added":
                 item = event.get("item")
                 if isinstance(item, dict) and isinstance(item.get("id"), str) and self._speaking is None:
-                    self._speaking = _Played(item["id"], 0.0)
+                    response_id = event.get("response_id")
+                    self._speaking = _Played(response_id if isinstance(response_id, str) else None, item["id"], 0.0)
                     if turn.output_id is not None:
                         self._mirror.items[turn.output_id] = [item["id"]]
             elif kind in ("response.output_audio_transcript.delta", "response.output_text.delta"):
@@ -316,7 +318,10 @@ class RealtimeUpstreamSession:
         if played is None or not self._duplex:
             return
         heard = played.sent_ms if played.heard_ms is None else played.heard_ms
-        await self._send(socket, {"type": "playback.ack", "item_id": played.item_id, "audio_end_ms": int(heard)})
+        ack = {"type": "playback.ack", "item_id": played.item_id, "played_ms": int(heard)}
+        if played.response_id is not None:
+            ack["response_id"] = played.response_id
+        await self._send(socket, ack)
 
     async def _truncate_upstream(self, upstream_id: str, audio_end_ms: int) -> None:
         socket = self._socket
@@ -352,13 +357,21 @@ class RealtimeUpstreamSession:
                 break
             upstream, ws = await self.pool.open(self._query(new=True))
             socket = _Socket(upstream, ws)
+            # vLLM-Omni opens a session at the first message that is no resume (without ?model=, none sooner).
+            await self._send(socket, self._session_update())
             created = await self._first_event(socket)
             if created is None:
                 continue  # it serves no duplex sessions: marked, the next one is tried
             self._upstream_session = str((created.get("session") or {}).get("id") or created.get("session_id") or "")
             self._token = created.get("resume_token") if isinstance(created.get("resume_token"), str) else None
             self._start_reader(socket)
-            await self._request(socket, self._session_update(), "session.updated")
+            # The input's rate, now that it is known which kind of server this is.
+            audio_in = {"input": {"format": {"type": "audio/pcm", "rate": self._input_rate}}}
+            await self._request(
+                socket,
+                {"type": "session.update", "session": {"type": "realtime", "audio": audio_in}},
+                "session.updated",
+            )
             logger.info("session %s: upstream realtime session on %s", self.session_id, upstream.url)
             return socket
         raise NotServed()
@@ -387,7 +400,7 @@ class RealtimeUpstreamSession:
         if new and self.settings.model:
             params["model"] = self.settings.model
         if not new:
-            params["resume"] = "1"
+            params["resume"] = "1"  # vLLM-Omni's own client marks a resume so
         return "?" + urlencode(params)
 
     @property
@@ -405,7 +418,7 @@ class RealtimeUpstreamSession:
             "type": "realtime",
             "output_modalities": ["audio"] if "audio" in self.settings.modalities else ["text"],
             "audio": {
-                "input": {"format": {"type": "audio/pcm", "rate": self._input_rate}, "turn_detection": None},
+                "input": {"turn_detection": None},
                 "output": {"format": {"type": "audio/pcm", "rate": TALKER_SAMPLE_RATE}},
             },
         }

@@ -1,0 +1,123 @@
+"""Realtime calls through a gateway (`--engine remote`) in front of vLLM-Omni 0.30's genuine duplex
+`/v1/realtime`: its own `OmniDuplexSessionHandler` and Qwen3-Omni session stack, with only the model
+faked (tests/vllm_cpu/fake_duplex.py). The fake's answer says what its prompt held ("heard N ms of
+audio; images: K; history: ..."), so a test reads the upstream's context back from what the client
+hears; `GET /test/record` says what the upstream was asked, and when (time.monotonic(), one clock
+for every process here)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from .conftest import RunningServer, ServerFactory
+from .genuine import Genuine, Vanishing, gateway_to
+from .realtime_client import Realtime, add_user_text, append_audio, connect, text_of, tone_pcm24k
+from .test_realtime_calls import Call
+from .test_realtime_calls import call as call  # the fixture
+
+pytestmark = pytest.mark.slow  # a vLLM-Omni server in a subprocess
+
+TRANSCRIPT = "response.output_audio_transcript.delta"
+
+
+@pytest.fixture(scope="module")
+def duplex() -> Iterator[Genuine]:
+    # Speech generated in real time (a 0.2 s chunk every 0.2 s), as a GPU serving many sessions does:
+    # an answer is still being generated while its first words play.
+    server = Genuine("--kind", "realtime", "--max-sessions", "8", "--chunk-interval", "0.2")
+    yield server
+    server.stop()
+
+
+async def front(make_server: ServerFactory, upstream: str, **overrides: Any) -> RunningServer:
+    return await gateway_to(make_server, upstream, upstream_protocol="realtime", **overrides)
+
+
+async def voice_only(rt: Realtime) -> None:
+    update = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
+    await rt.send({"type": "session.update", "session": update})
+    await rt.until("session.updated")
+
+
+async def spoken_turn(rt: Realtime, seconds: float) -> list[dict[str, Any]]:
+    await append_audio(rt, tone_pcm24k(330, seconds))
+    await rt.send({"type": "input_audio_buffer.commit"})
+    return await rt.respond()
+
+
+def commands(record: dict[str, list[Any]], kind: str) -> list[dict[str, Any]]:
+    return [c for c in record["commands"] if c["type"] == kind]
+
+
+async def test_a_voice_only_sdk_call_is_answered_with_the_conversation_kept_upstream(
+    duplex: Genuine, make_server: ServerFactory
+) -> None:
+    server = await front(make_server, duplex.url)
+    async with connect(server) as rt:
+        await voice_only(rt)
+        first = await spoken_turn(rt, 1.0)
+        assert first[-1]["response"]["status"] == "completed"
+        assert "heard 1000 ms of audio" in text_of(first, TRANSCRIPT)
+        assert any(e["type"] == "response.output_audio.delta" for e in first)
+
+        await add_user_text(rt, "And what did you hear?")
+        second = await rt.respond()
+        said = text_of(second, TRANSCRIPT)
+        # The upstream's own history: the spoken turn (its audio, committed there), its answer, the question.
+        assert "history: user audio 1000 ms | assistant 'Answer" in said and "user 'And what did you hear?'" in said
+    assert not [e for e in rt.events if e["type"] == "error"]  # and every event validated against the SDK
+
+
+async def test_a_webrtc_call_hears_the_answer_and_its_cancel_and_truncation_reach_the_upstream(
+    duplex: Genuine, make_server: ServerFactory, call: Call
+) -> None:
+    server = await front(make_server, duplex.url)
+    await call.connect(server, {"type": "realtime", "audio": {"input": {"turn_detection": None}}})
+    call.send(
+        {
+            "type": "conversation.item.create",
+            "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Talk a lot."}]},
+        }
+    )
+    call.send({"type": "response.create"})
+    assert call.recorder is not None
+    async with asyncio.timeout(20):
+        while call.recorder.voiced_frames() < 10:  # 200 ms of speech heard
+            await asyncio.sleep(0.02)
+    sent = time.monotonic()
+    call.send({"type": "response.cancel"})
+    done = await call.wait("response.done")
+    truncated = await call.wait("conversation.item.truncated")
+    assert done["response"]["status"] == "cancelled"
+
+    record = await duplex.wait_record(lambda r: bool(commands(r, "TruncateItem")))
+    cancels = [c for c in commands(record, "CancelResponse") if c["t"] > sent]
+    assert cancels and cancels[0]["t"] < done["_at"]  # the upstream stopped before the client was told
+    # The upstream's answer is cut to what the talker sent, as the gateway's own item is.
+    assert commands(record, "TruncateItem")[-1]["audio_end_ms"] == truncated["audio_end_ms"]
+
+
+async def test_a_dropped_upstream_socket_is_resumed_and_the_conversation_goes_on(
+    duplex: Genuine, make_server: ServerFactory
+) -> None:
+    link = Vanishing(duplex)
+    server = await front(make_server, await link.start())
+    async with connect(server) as rt:
+        await voice_only(rt)
+        await spoken_turn(rt, 0.5)
+        await link.drop()  # the gateway's socket to the upstream goes, as on a network change
+
+        await add_user_text(rt, "Still there?")
+        events = await rt.respond()
+        assert events[-1]["response"]["status"] == "completed"
+        said = text_of(events, TRANSCRIPT)
+        assert "history: user audio 500 ms | assistant 'Answer" in said  # the same upstream session
+    assert not [e for e in rt.events if e["type"] == "error"]
+    record = await duplex.record()
+    assert [c for c in record["controls"] if c["op"] == "resume"]
+    await link.vanish()
