@@ -100,7 +100,6 @@ class _Played:
     response_id: str | None
     item_id: str
     sent_ms: float
-    heard_ms: float | None = None  # set by a truncation
 
 
 @dataclass
@@ -108,7 +107,7 @@ class _Mirror:
     """Our item ids, in conversation order, with the upstream items that hold each."""
 
     items: dict[str, list[str]] = field(default_factory=dict)
-    images: dict[str, str] = field(default_factory=dict)  # image digest -> upstream item id
+    images: dict[str, str] = field(default_factory=dict)  # image digest -> upstream item id, oldest first
 
     def clear(self) -> None:
         self.items.clear()
@@ -152,12 +151,12 @@ class RealtimeUpstreamSession:
 
     def truncate(self, item_id: str, audio_end_ms: int) -> None:
         """An answer cut to what the user heard: the upstream's item is cut to match (ConversationMirror)."""
-        played = self._played
         upstream_id = self._mirror.upstream_of(item_id)
-        if played is not None and played.item_id == upstream_id:
-            played.heard_ms = min(played.sent_ms, audio_end_ms)  # acknowledged so before the next answer
-        if upstream_id is not None:
-            self._spawn(self._truncate_upstream(upstream_id, audio_end_ms))
+        if upstream_id is None:
+            return
+        if self._played is not None and self._played.item_id == upstream_id:
+            self._played = None  # a truncation acknowledges the answer's playback (vLLM-Omni says so)
+        self._spawn(self._truncate_upstream(upstream_id, audio_end_ms))
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -279,6 +278,9 @@ class RealtimeUpstreamSession:
             created = await self._create(socket, _user_item({"type": "input_image", "image_url": url}))
             if created is not None:
                 self._mirror.images[digest] = created
+        while len(self._mirror.images) > MAX_IMAGES:  # a rolling window of the newest, as the model sees them
+            oldest = next(iter(self._mirror.images))
+            await self._send(socket, {"type": "conversation.item.delete", "item_id": self._mirror.images.pop(oldest)})
         if turn.query:
             created = await self._create(socket, _user_item({"type": "input_text", "text": turn.query}))
             if created is not None:
@@ -313,12 +315,12 @@ class RealtimeUpstreamSession:
         return created.get("id") if isinstance(created, dict) and isinstance(created.get("id"), str) else None
 
     async def _acknowledge(self, socket: _Socket) -> None:
-        """playback.ack for the last answer, with what was heard of it (vLLM-Omni answers again after)."""
+        """playback.ack for the last answer, played out whole (vLLM-Omni answers again after); one cut
+        short was acknowledged by its truncation."""
         played, self._played = self._played, None
         if played is None or not self._duplex:
             return
-        heard = played.sent_ms if played.heard_ms is None else played.heard_ms
-        ack = {"type": "playback.ack", "item_id": played.item_id, "played_ms": int(heard)}
+        ack = {"type": "playback.ack", "item_id": played.item_id, "played_ms": int(played.sent_ms)}
         if played.response_id is not None:
             ack["response_id"] = played.response_id
         await self._send(socket, ack)
@@ -355,7 +357,12 @@ class RealtimeUpstreamSession:
         for _ in range(len(self.pool.upstreams)):
             if not any(u.serves for u in self.pool.upstreams):
                 break
-            upstream, ws = await self.pool.open(self._query(new=True))
+            try:
+                upstream, ws = await self.pool.open(self._query(new=True))
+            except EngineError:
+                if any(u.serves for u in self.pool.upstreams):
+                    raise
+                break  # each one that answered lacks the endpoint
             socket = _Socket(upstream, ws)
             # vLLM-Omni opens a session at the first message that is no resume (without ?model=, none sooner).
             await self._send(socket, self._session_update())

@@ -9,9 +9,9 @@ vLLM-Omni's servers and ours answer) every `health_interval_s`, so a dead upstre
 before a session lands on it and a recovered one comes back without waiting for `retry_s`. When every
 upstream is marked down, they are all tried anyway (soonest back first), so a fleet that recovers
 is used again without a restart. A server that answers that it does not serve the endpoint (one
-model per vLLM-Omni server) is tried last from then on, so understanding and generation servers
-can share one `--upstream` list. Upstream addresses stay in logs and metrics: messages that reach
-clients never name them.
+model per vLLM-Omni server; no duplex session for `/v1/realtime`) is tried last for five minutes,
+then asked again, so understanding and generation servers can share one `--upstream` list.
+Upstream addresses stay in logs and metrics: messages that reach clients never name them.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from .engine import EngineError
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # the largest kind: one generated fMP4 chunk
+NOT_SERVING_RECHECK_S = 300.0
 
 
 @dataclass
@@ -38,11 +39,17 @@ class Upstream:
     active: int = 0
     failures: int = 0
     down_until: float = 0.0
-    serves: bool = True  # False once it answered that it does not serve this endpoint
+    not_serving_until: float = 0.0  # after it answered that it does not serve this endpoint
 
     @property
     def healthy(self) -> bool:
         return time.monotonic() >= self.down_until
+
+    @property
+    def serves(self) -> bool:
+        """As far as is known: one that said it does not is asked again after NOT_SERVING_RECHECK_S
+        (a fleet's servers are redeployed with other models)."""
+        return time.monotonic() >= self.not_serving_until
 
 
 def _failure(exc: BaseException, presented_key: bool) -> str:
@@ -124,7 +131,7 @@ class UpstreamPool:
         upstream.down_until = time.monotonic() + self.retry_s
 
     def mark_not_serving(self, upstream: Upstream) -> None:
-        upstream.serves = False
+        upstream.not_serving_until = time.monotonic() + NOT_SERVING_RECHECK_S
 
     async def open(
         self, query: str = "", only: Upstream | None = None
@@ -140,7 +147,10 @@ class UpstreamPool:
                     url = upstream.url + self.path + query
                     ws = await http.ws_connect(url, max_msg_size=self.max_message_bytes)
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                self.mark_down(upstream)
+                if isinstance(exc, aiohttp.WSServerHandshakeError) and exc.status == 404:
+                    self.mark_not_serving(upstream)  # up, without this endpoint
+                else:
+                    self.mark_down(upstream)
                 failures.append(f"{upstream.url}: {_failure(exc, bool(self._headers))}")
                 continue
             upstream.active += 1
