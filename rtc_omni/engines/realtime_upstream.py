@@ -189,6 +189,8 @@ class RealtimeUpstreamSession:
                 done = True
             finally:
                 self._response = None
+                while not queue.empty():  # a reader waiting to put into it goes on (and drops the rest)
+                    queue.get_nowait()
                 speaking, self._speaking = self._speaking, None
                 if speaking is not None and speaking.sent_ms > 0:
                     self._played = speaking  # its playback is acknowledged before the next answer
@@ -237,7 +239,10 @@ class RealtimeUpstreamSession:
             elif kind == "response.output_audio.delta":
                 delta = event.get("delta")
                 if isinstance(delta, str) and delta:
-                    pcm16 = base64.b64decode(delta)
+                    try:
+                        pcm16 = base64.b64decode(delta, validate=True)
+                    except ValueError:
+                        raise EngineError("the upstream sent audio that is not base64") from None
                     if self._speaking is not None:
                         self._speaking.sent_ms += pcm16_ms(pcm16, TALKER_SAMPLE_RATE)
                     yield AudioChunk(pcm16_to_float(pcm16))
@@ -499,6 +504,8 @@ class RealtimeUpstreamSession:
                 self._replies.clear()
             elif self._response is not None:
                 await self._response.put(event)
+            elif kind == "error":
+                logger.info("session %s: upstream error outside a response: %s", self.session_id, _error_text(event))
         if not socket.closing:
             logger.warning("session %s: upstream %s closed the connection", self.session_id, socket.upstream.url)
             for pending in self._replies.values():
