@@ -64,7 +64,6 @@ THINKER, CODE2WAV = 0, 2  # Qwen3-Omni: thinker, talker, code2wav
 DEPLOY = Path(vllm_omni.__file__).parent / "deploy" / "qwen3_omni_duplex.yaml"
 
 RECORD: dict[str, list[Any]] = {
-    "opens": [],
     "commands": [],
     "controls": [],
     "requests": [],
@@ -113,35 +112,36 @@ class TemplateProcessor:
 
 
 def _describe(messages: list[dict[str, Any]], audios: list[Any], images: list[Any]) -> tuple[str, dict[str, Any]]:
-    """The answer to a prompt: what it held, in order, so a test can read the context back."""
+    """The answer to a prompt: what it held, in order, so a test can read the context back.
+
+    "heard" is the audio of the turn being answered (the user messages after the last answer)."""
     audio_ms = [round(len(samples) * 1000 / rate) for samples, rate in audios]
     history: list[str] = []
-    audio_index = image_index = 0
+    heard_ms = audio_index = image_index = 0
     for message in messages:
-        if message["role"] == "system":
+        role = message["role"]
+        if role == "system":
             continue
+        if role == "assistant":
+            heard_ms = 0
         content = message["content"]
-        parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
-        for part in parts:
+        for part in [{"type": "text", "text": content}] if isinstance(content, str) else content:
             if part["type"] == "audio":
-                history.append(f"{message['role']} audio {audio_ms[audio_index]} ms")
+                history.append(f"{role} audio {audio_ms[audio_index]} ms")
+                heard_ms += audio_ms[audio_index]
                 audio_index += 1
             elif part["type"] == "image":
                 width, height = images[image_index].size
-                history.append(f"{message['role']} image {width}x{height}")
+                history.append(f"{role} image {width}x{height}")
                 image_index += 1
             elif part["type"] == "text":
                 words = part["text"].split()
-                history.append(f"{message['role']} '{' '.join(words[:6])}{' ...' if len(words) > 6 else ''}'")
-    system = [m["content"] for m in messages if m["role"] == "system"]
+                history.append(f"{role} '{' '.join(words[:6])}{' ...' if len(words) > 6 else ''}'")
     turn = len(RECORD["requests"]) + 1
-    text = (
-        f"Answer {turn}. heard {audio_ms[-1] if audio_ms else 0} ms of audio; images: {len(images)}; "
-        f"history: {' | '.join(history)}."
-    )
+    text = f"Answer {turn}. heard {heard_ms} ms of audio; images: {len(images)}; history: {' | '.join(history)}."
     summary = {
         "turn": turn,
-        "system": system,
+        "system": [m["content"] for m in messages if m["role"] == "system"],
         "audio_ms": audio_ms,
         "images": [list(image.size) for image in images],
         "history": history,
@@ -199,7 +199,8 @@ class FakeStages(DuplexStagePort):
         context = submission.context
         prompt = submission.prompt
         mm = prompt.get("multi_modal_data") or {}
-        text, summary = _describe(json.loads(str(prompt["prompt"])), list(mm.get("audio", [])), list(mm.get("image", [])))
+        messages = json.loads(str(prompt["prompt"]))
+        text, summary = _describe(messages, list(mm.get("audio", [])), list(mm.get("image", [])))
         params = context.stage_sampling_params
         RECORD["requests"].append(
             {
@@ -316,7 +317,10 @@ class FakeEngine:
     def duplex_capabilities(self) -> DuplexCapabilities:
         return self.plugin.capabilities(max_sessions=self.duplex_session_config.max_sessions)
 
-    async def _control(self, message: Any, timeout: float | None) -> DuplexControlResultMessage:
+    async def _control(self, message: Any, timeout: float | None, **noted: Any) -> DuplexControlResultMessage:
+        """One control operation, recorded with what the test may want to check (`noted`)."""
+        entry = {"t": time.monotonic(), "op": message.type, "session_id": message.session_id}
+        RECORD["controls"].append({**entry, **noted})
         if self.reaper is None:  # the orchestrator's background task, on the serving loop
             self.reaper = asyncio.create_task(self.manager.reaper_loop(asyncio.Event()))
         waiter = asyncio.get_running_loop().create_future()
@@ -338,18 +342,16 @@ class FakeEngine:
     async def open_session_async(
         self, session_id: str, session_config: DuplexSessionConfig, *, timeout: float | None = 10.0
     ) -> DuplexControlResultMessage:
-        RECORD["opens"].append({"t": time.monotonic(), "session_id": session_id, **_jsonable(session_config)})
         message = OpenDuplexSessionMessage(
             control_id=uuid.uuid4().hex, session_id=session_id, session_config=session_config
         )
-        return await self._control(message, timeout)
+        return await self._control(message, timeout, config=_jsonable(session_config))
 
     async def close_session_async(
         self, session_id: str, *, reason: str = "client_close", timeout: float | None = 10.0
     ) -> DuplexControlResultMessage:
-        RECORD["controls"].append({"t": time.monotonic(), "op": "close", "session_id": session_id, "reason": reason})
         message = CloseDuplexSessionMessage(control_id=uuid.uuid4().hex, session_id=session_id, reason=reason)
-        return await self._control(message, timeout)
+        return await self._control(message, timeout, reason=reason)
 
     async def resume_session_async(
         self,
@@ -359,15 +361,12 @@ class FakeEngine:
         control_id: str | None = None,
         timeout: float | None = 10.0,
     ) -> DuplexControlResultMessage:
-        RECORD["controls"].append(
-            {"t": time.monotonic(), "op": "resume", "session_id": session_id, "lease": expected_lease_generation}
-        )
         message = ResumeDuplexSessionMessage(
             control_id=control_id or uuid.uuid4().hex,
             session_id=session_id,
             expected_lease_generation=expected_lease_generation,
         )
-        return await self._control(message, timeout)
+        return await self._control(message, timeout, lease=expected_lease_generation)
 
     async def touch_session_async(
         self,
@@ -377,14 +376,13 @@ class FakeEngine:
         expected_lease_generation: int | None = None,
         timeout: float | None = 10.0,
     ) -> DuplexControlResultMessage:
-        RECORD["controls"].append({"t": time.monotonic(), "op": activity, "session_id": session_id})
         message = TouchDuplexSessionMessage(
             control_id=uuid.uuid4().hex,
             session_id=session_id,
             activity=activity,
             expected_lease_generation=expected_lease_generation,
         )
-        return await self._control(message, timeout)
+        return await self._control(message, timeout, activity=activity)
 
     async def submit_command_async(self, session_id: str, command: commands.DuplexCommand) -> None:
         _record_command(session_id, command)

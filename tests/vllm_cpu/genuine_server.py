@@ -34,11 +34,11 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # nothing here may reach the Hub
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import uvicorn  # noqa: E402
+from fake_duplex import RECORD as DUPLEX_RECORD  # noqa: E402
+from fake_duplex import Pace, create_duplex_handler  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 from vllm import SamplingParams  # noqa: E402
 from vllm.outputs import CompletionOutput  # noqa: E402
-from fake_duplex import RECORD as DUPLEX_RECORD  # noqa: E402
-from fake_duplex import Pace, create_duplex_handler  # noqa: E402
 from vllm_omni.entrypoints.openai.api_server import (  # noqa: E402
     duplex_websocket,
     realtime_websocket,
@@ -261,7 +261,8 @@ def main() -> None:
     if args.kind == "realtime" and not args.no_duplex:
         pace = Pace(args.first_audio_delay, args.chunk_interval, args.seconds_per_char)
         app.state.openai_serving_duplex = create_duplex_handler(args.model or "default", pace, args.max_sessions)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    # A duplex session kept for resume holds its socket task: do not wait on it for ever.
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3))
     print(f"listening on {sock.getsockname()[1]}", flush=True)
     sys.stdout.flush()
     server.run(sockets=[sock])
