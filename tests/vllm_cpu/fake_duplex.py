@@ -81,9 +81,11 @@ class Pace:
 
 
 def _jsonable(value: Any) -> Any:
-    """A command or config as JSON, with audio bytes replaced by their length."""
+    """A command or config as JSON, with audio bytes and long strings (data URLs) replaced by their length."""
     if isinstance(value, bytes | bytearray):
         return {"bytes": len(value)}
+    if isinstance(value, str) and len(value) > 256:
+        return {"chars": len(value), "head": value[:32]}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
