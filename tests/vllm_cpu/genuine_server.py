@@ -9,6 +9,10 @@ aborted, so tests can check what the bridge forwarded.
 
     python tests/vllm_cpu/genuine_server.py --port 0 --kind understand [--model NAME] [--no-streaming]
 
+`--kind realtime` serves the duplex `/v1/realtime` (and `/v1/duplex`): vLLM-Omni's own handler and
+Qwen3-Omni duplex session stack, with the model faked (tests/vllm_cpu/fake_duplex.py); its record
+is the duplex one. `--no-duplex` serves the route without a duplex deployment (its refusals).
+
 `--kind both` serves both endpoints from one process (importing vLLM costs ~15 s of CPU per start),
 with a second, non-streaming generation endpoint under the prefix `/whole`.
 
@@ -30,10 +34,17 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # nothing here may reach the Hub
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import uvicorn  # noqa: E402
+from fake_duplex import RECORD as DUPLEX_RECORD  # noqa: E402
+from fake_duplex import Pace, create_duplex_handler  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 from vllm import SamplingParams  # noqa: E402
 from vllm.outputs import CompletionOutput  # noqa: E402
-from vllm_omni.entrypoints.openai.api_server import streaming_video_chat, streaming_video_output  # noqa: E402
+from vllm_omni.entrypoints.openai.api_server import (  # noqa: E402
+    duplex_websocket,
+    realtime_websocket,
+    streaming_video_chat,
+    streaming_video_output,
+)
 from vllm_omni.entrypoints.openai.serving_video_output_stream import OmniStreamingVideoOutputHandler  # noqa: E402
 from vllm_omni.entrypoints.openai.serving_video_stream import create_streaming_video_handler  # noqa: E402
 from vllm_omni.inputs.data import OmniDiffusionSamplingParams  # noqa: E402
@@ -201,6 +212,9 @@ def build_app(kinds: tuple[str, ...], model: str | None, streaming: bool) -> Fas
     app = FastAPI()
     app.add_api_websocket_route("/v1/video/chat/stream", streaming_video_chat)
     app.add_api_websocket_route("/v1/realtime/video", streaming_video_output)
+    app.add_api_websocket_route("/v1/realtime", realtime_websocket)
+    app.add_api_websocket_route("/v1/duplex", duplex_websocket)
+    app.state.openai_serving_duplex = None
     if "understand" in kinds:
         app.state.openai_streaming_video = create_streaming_video_handler(FakeChat(), engine_client=FakeThinkerTalker())
     if "generate" in kinds:
@@ -219,7 +233,7 @@ def build_app(kinds: tuple[str, ...], model: str | None, streaming: bool) -> Fas
 
     @app.get("/test/record")
     async def record() -> dict[str, list[Any]]:
-        return RECORD
+        return DUPLEX_RECORD if "realtime" in kinds else RECORD
 
     return app
 
@@ -227,9 +241,14 @@ def build_app(kinds: tuple[str, ...], model: str | None, streaming: bool) -> Fas
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--kind", choices=("understand", "generate", "both"), required=True)
+    parser.add_argument("--kind", choices=("understand", "generate", "both", "realtime"), required=True)
     parser.add_argument("--model", default=None)
     parser.add_argument("--no-streaming", action="store_true", help="generation: one output, no chunk index")
+    parser.add_argument("--no-duplex", action="store_true", help="realtime: no duplex deployment")
+    parser.add_argument("--first-audio-delay", type=float, default=Pace.first_audio_delay_s, help="realtime: seconds")
+    parser.add_argument("--chunk-interval", type=float, default=Pace.chunk_interval_s, help="realtime: seconds")
+    parser.add_argument("--seconds-per-char", type=float, default=Pace.seconds_per_char, help="realtime: speech")
+    parser.add_argument("--max-sessions", type=int, default=None, help="realtime: the deploy file's is 1")
     args = parser.parse_args()
     sock = socket.socket()
     sock.bind(("127.0.0.1", args.port))
@@ -239,7 +258,11 @@ def main() -> None:
         app.mount(WHOLE_PREFIX, build_app(("generate",), args.model, streaming=False))
     else:
         app = build_app((args.kind,), args.model, streaming=not args.no_streaming)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    if args.kind == "realtime" and not args.no_duplex:
+        pace = Pace(args.first_audio_delay, args.chunk_interval, args.seconds_per_char)
+        app.state.openai_serving_duplex = create_duplex_handler(args.model or "default", pace, args.max_sessions)
+    # A duplex session kept for resume holds its socket task: do not wait on it for ever.
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3))
     print(f"listening on {sock.getsockname()[1]}", flush=True)
     sys.stdout.flush()
     server.run(sockets=[sock])
