@@ -8,10 +8,12 @@ for every process here)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import aiohttp
 import pytest
 
 from .conftest import RunningServer, ServerFactory
@@ -54,6 +56,43 @@ def commands(record: dict[str, list[Any]], kind: str) -> list[dict[str, Any]]:
     return [c for c in record["commands"] if c["type"] == kind]
 
 
+async def raw_turn(ws: aiohttp.ClientWebSocketResponse, seconds: float) -> dict[str, Any]:
+    """A voice turn as a plain client sends it; the `response` of its `response.done`."""
+    await ws.send_json(
+        {"type": "input_audio_buffer.append", "audio": base64.b64encode(tone_pcm24k(220, seconds)).decode()}
+    )
+    await ws.send_json({"type": "input_audio_buffer.commit"})
+    await ws.send_json({"type": "response.create"})
+    while (event := await ws.receive_json(timeout=20))["type"] not in ("response.done", "error"):
+        pass
+    assert event["type"] == "response.done", event
+    return event["response"]
+
+
+async def test_the_fake_upstream_itself_answers_a_voice_turn_with_the_earlier_turn_as_context(duplex: Genuine) -> None:
+    """The harness without a gateway: what the other tests read back is the upstream's own context."""
+    async with aiohttp.ClientSession() as http, http.ws_connect(duplex.url + "/v1/realtime?model=any") as ws:
+        created = await ws.receive_json(timeout=20)
+        assert created["type"] == "session.created" and created["resume_token"]
+        pcm = {"type": "audio/pcm", "rate": 24_000}  # its input default is 16 kHz
+        audio = {"input": {"format": pcm, "turn_detection": None}, "output": {"format": pcm}}
+        await ws.send_json({"type": "session.update", "session": {"audio": audio}})
+
+        first = await raw_turn(ws, 1.0)
+        assert first["status"] == "completed"
+        assert "heard 1000 ms of audio" in first["output"][0]["content"][0]["transcript"]
+        heard = {"response_id": first["id"], "item_id": first["output"][0]["id"], "played_ms": 10**6}
+        await ws.send_json({"type": "playback.ack", **heard})  # all of it was played
+        second = await raw_turn(ws, 0.5)
+        assert "history: user audio 1000 ms | assistant 'Answer" in second["output"][0]["content"][0]["transcript"]
+        await ws.send_json({"type": "session.close"})
+    session = created["session"]["id"]
+    record = await duplex.record()
+    kinds = [c["type"] for c in record["commands"] if c["session_id"] == session]
+    assert kinds.count("Commit") == 2 and kinds.count("CreateResponse") == 2 and "AckPlayback" in kinds
+    assert [r["audio_ms"] for r in record["requests"] if r["session_id"] == session] == [[1000], [1000, 500]]
+
+
 async def test_a_voice_only_sdk_call_is_answered_with_the_conversation_kept_upstream(
     duplex: Genuine, make_server: ServerFactory
 ) -> None:
@@ -87,7 +126,7 @@ async def test_a_webrtc_call_hears_the_answer_and_its_cancel_and_truncation_reac
     call.send({"type": "response.create"})
     assert call.recorder is not None
     async with asyncio.timeout(20):
-        while call.recorder.voiced_frames() < 10:  # 200 ms of speech heard
+        while call.recorder.voiced_frames() < 25:  # half a second of speech heard
             await asyncio.sleep(0.02)
     sent = time.monotonic()
     call.send({"type": "response.cancel"})
@@ -98,8 +137,23 @@ async def test_a_webrtc_call_hears_the_answer_and_its_cancel_and_truncation_reac
     record = await duplex.wait_record(lambda r: bool(commands(r, "TruncateItem")))
     cancels = [c for c in commands(record, "CancelResponse") if c["t"] > sent]
     assert cancels and cancels[0]["t"] < done["_at"]  # the upstream stopped before the client was told
-    # The upstream's answer is cut to what the talker sent, as the gateway's own item is.
+    # The upstream's answer is cut to what the talker sent, as the gateway's own item is ...
     assert commands(record, "TruncateItem")[-1]["audio_end_ms"] == truncated["audio_end_ms"]
+    call.send({"type": "conversation.item.retrieve", "item_id": truncated["item_id"]})
+    heard = (await call.wait("conversation.item.retrieved"))["item"]["content"][0]["transcript"]
+    assert heard
+    # ... and the model remembers the words the user heard.
+    mark = len(call.events)
+    call.send(
+        {
+            "type": "conversation.item.create",
+            "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Go on."}]},
+        }
+    )
+    call.send({"type": "response.create"})
+    after = await call.wait("response.done", after=mark)
+    said = after["response"]["output"][0]["content"][0]["transcript"]
+    assert f"assistant '{' '.join(heard.split()[:6])}" in said, (heard, said)
 
 
 async def test_a_dropped_upstream_socket_is_resumed_and_the_conversation_goes_on(
@@ -119,5 +173,5 @@ async def test_a_dropped_upstream_socket_is_resumed_and_the_conversation_goes_on
         assert "history: user audio 500 ms | assistant 'Answer" in said  # the same upstream session
     assert not [e for e in rt.events if e["type"] == "error"]
     record = await duplex.record()
-    assert [c for c in record["controls"] if c["op"] == "resume"]
+    assert [c for c in record["controls"] if c["op"] == "resume_duplex_session"]
     await link.vanish()

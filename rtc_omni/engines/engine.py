@@ -198,9 +198,10 @@ class EngineSession(Protocol):
 @runtime_checkable
 class ConversationMirror(Protocol):
     """Optional, for an engine session: one that mirrors the conversation's items upstream is told
-    when an answer is cut to what the user heard, so the model's memory holds only that."""
+    when an answer is cut to what the user heard (its audio's first `audio_end_ms`, and the words
+    kept of its transcript), so the model's memory holds only that."""
 
-    def truncate(self, item_id: str, audio_end_ms: int) -> None: ...
+    def truncate(self, item_id: str, audio_end_ms: int, transcript: str) -> None: ...
 
 
 @runtime_checkable

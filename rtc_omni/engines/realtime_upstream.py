@@ -149,14 +149,14 @@ class RealtimeUpstreamSession:
     def add_audio(self, pcm16: bytes) -> None:
         """Unused: a realtime turn brings its own committed audio."""
 
-    def truncate(self, item_id: str, audio_end_ms: int) -> None:
-        """An answer cut to what the user heard: the upstream's item is cut to match (ConversationMirror)."""
+    def truncate(self, item_id: str, audio_end_ms: int, transcript: str) -> None:
+        """An answer cut to what the user heard: the upstream's is cut to match (ConversationMirror)."""
         upstream_id = self._mirror.upstream_of(item_id)
         if upstream_id is None:
             return
         if self._played is not None and self._played.item_id == upstream_id:
             self._played = None  # a truncation acknowledges the answer's playback (vLLM-Omni says so)
-        self._spawn(self._truncate_upstream(upstream_id, audio_end_ms))
+        self._spawn(self._truncate_upstream(item_id, upstream_id, audio_end_ms, transcript))
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -330,14 +330,34 @@ class RealtimeUpstreamSession:
             ack["response_id"] = played.response_id
         await self._send(socket, ack)
 
-    async def _truncate_upstream(self, upstream_id: str, audio_end_ms: int) -> None:
-        socket = self._socket
-        if socket is None:
-            return
-        if self._duplex:  # it keeps a finished answer's audio queued for playback: cleared first, or it waits
-            await self._send(socket, {"type": "output_audio_buffer.clear"}, quiet=True)
-        truncate = {"type": "conversation.item.truncate", "item_id": upstream_id, "content_index": 0}
-        await self._send(socket, {**truncate, "audio_end_ms": audio_end_ms}, quiet=True)
+    async def _truncate_upstream(self, item_id: str, upstream_id: str, audio_end_ms: int, transcript: str) -> None:
+        async with self._turn_lock:  # before the next response's input
+            socket = self._socket
+            if socket is None or socket.closing or socket.ws.closed:
+                return  # the next response brings the upstream in line
+            if self._duplex:  # it keeps a finished answer's audio queued for playback: cleared first, or it waits
+                await self._send(socket, {"type": "output_audio_buffer.clear"}, quiet=True)
+            truncate = {"type": "conversation.item.truncate", "item_id": upstream_id, "content_index": 0}
+            await self._send(socket, {**truncate, "audio_end_ms": audio_end_ms}, quiet=True)
+            if not self._duplex:
+                return
+            # vLLM-Omni keeps a cancelled answer as an empty message, and a truncated one whole: its
+            # item is replaced by the words that were heard.
+            previous = self._previous_upstream(item_id)
+            await self._send(socket, {"type": "conversation.item.delete", "item_id": upstream_id}, quiet=True)
+            created = (
+                await self._create(socket, _history_item("assistant", transcript), previous) if transcript else None
+            )
+            self._mirror.items[item_id] = [created] if created is not None else []
+
+    def _previous_upstream(self, item_id: str) -> str | None:
+        """The upstream item before ours, in conversation order."""
+        previous = None
+        for mirrored, held in self._mirror.items.items():
+            if mirrored == item_id:
+                return previous
+            previous = held[-1] if held else previous
+        return previous
 
     # ----------------------------------------------------------------- the socket
 

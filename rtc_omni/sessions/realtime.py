@@ -579,7 +579,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
         part.transcript = " ".join(words[:kept])
         part.audio = part.audio[: int(audio_end_ms * TALKER_SAMPLE_RATE / 1000) * 2]
         if isinstance(self._engine_session, ConversationMirror):
-            self._engine_session.truncate(item.id, audio_end_ms)
+            self._engine_session.truncate(item.id, audio_end_ms, part.transcript)
         self._emit(proto.ItemTruncated(item_id=item.id, content_index=index, audio_end_ms=audio_end_ms))
 
     # ----------------------------------------------------------------- responses
