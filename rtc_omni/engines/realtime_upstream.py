@@ -44,7 +44,7 @@ from .engine import (
     UnderstandTurn,
     Usage,
 )
-from .upstream import Upstream, UpstreamPool
+from .upstream import UpstreamPool, UpstreamSocket
 from .upstream_session import CLOSED_MID_REQUEST, MAX_DETAIL_CHARS, too_big_message
 
 logger = logging.getLogger(__name__)
@@ -86,14 +86,6 @@ def _error_text(event: dict[str, Any]) -> str:
 
 
 @dataclass
-class _Socket:
-    upstream: Upstream
-    ws: aiohttp.ClientWebSocketResponse
-    reader: asyncio.Task[None] | None = None
-    closing: bool = False  # we closed it: not the upstream's fault
-
-
-@dataclass
 class _Played:
     """The last answer's audio, until its playback is acknowledged upstream."""
 
@@ -127,7 +119,7 @@ class RealtimeUpstreamSession:
         self.pool = pool
         self.session_id = session_id
         self.settings = settings
-        self._socket: _Socket | None = None
+        self._socket: UpstreamSocket | None = None
         self._upstream_session: str | None = None  # the upstream's session id, for resume
         self._token: str | None = None  # vLLM-Omni's duplex sessions have one; OpenAI Realtime servers not
         self._seq = 0  # the last server_event_seq received
@@ -258,7 +250,7 @@ class RealtimeUpstreamSession:
 
     # ----------------------------------------------------------------- the mirror and the input
 
-    async def _sync(self, socket: _Socket, turn: UnderstandTurn) -> None:
+    async def _sync(self, socket: UpstreamSocket, turn: UnderstandTurn) -> None:
         """Delete upstream what our conversation no longer has; create what the upstream lacks."""
         wanted = set(turn.history_ids) | set(turn.input_ids)
         for item_id in [i for i in self._mirror.items if i not in wanted]:
@@ -272,7 +264,7 @@ class RealtimeUpstreamSession:
                 self._mirror.items[item_id] = [created] if created is not None else []
             previous = self._mirror.upstream_of(item_id) or previous
 
-    async def _send_input(self, socket: _Socket, turn: UnderstandTurn) -> None:
+    async def _send_input(self, socket: UpstreamSocket, turn: UnderstandTurn) -> None:
         """The turn's camera frames (new ones), its text and its committed audio."""
         held: list[str] = []
         for frame in turn.frames[-MAX_IMAGES:]:
@@ -306,7 +298,7 @@ class RealtimeUpstreamSession:
             for item_id in turn.input_ids:
                 self._mirror.items[item_id] = held
 
-    async def _create(self, socket: _Socket, item: dict[str, Any], previous: str | None = None) -> str | None:
+    async def _create(self, socket: UpstreamSocket, item: dict[str, Any], previous: str | None = None) -> str | None:
         """conversation.item.create; the upstream's id for the item, or None when it refused it."""
         message: dict[str, Any] = {"type": "conversation.item.create", "item": item}
         if previous is not None:
@@ -319,7 +311,7 @@ class RealtimeUpstreamSession:
         created = added.get("item")
         return created.get("id") if isinstance(created, dict) and isinstance(created.get("id"), str) else None
 
-    async def _acknowledge(self, socket: _Socket) -> None:
+    async def _acknowledge(self, socket: UpstreamSocket) -> None:
         """playback.ack for the last answer, played out whole (vLLM-Omni answers again after); one cut
         short was acknowledged by its truncation."""
         played, self._played = self._played, None
@@ -361,7 +353,7 @@ class RealtimeUpstreamSession:
 
     # ----------------------------------------------------------------- the socket
 
-    async def _connected(self) -> _Socket:
+    async def _connected(self) -> UpstreamSocket:
         """The live socket: resumed when it dropped, a new upstream session when that fails."""
         if self._socket is not None and not self._socket.ws.closed and not self._socket.closing:
             return self._socket
@@ -370,7 +362,7 @@ class RealtimeUpstreamSession:
             return self._socket
         return await self._open_new()
 
-    async def _open_new(self) -> _Socket:
+    async def _open_new(self) -> UpstreamSocket:
         """A fresh upstream session on an upstream that serves duplex realtime, configured for us."""
         if self._socket is not None:
             await self._release(self._socket)
@@ -388,7 +380,7 @@ class RealtimeUpstreamSession:
                 if any(u.serves for u in self.pool.upstreams):
                     raise
                 break  # each one that answered lacks the endpoint
-            socket = _Socket(upstream, ws)
+            socket = UpstreamSocket(upstream, ws)
             # vLLM-Omni opens a session at the first message that is no resume (without ?model=, none sooner).
             await self._send(socket, self._session_update())
             created = await self._first_event(socket)
@@ -408,7 +400,7 @@ class RealtimeUpstreamSession:
             return socket
         raise NotServed()
 
-    async def _first_event(self, socket: _Socket) -> dict[str, Any] | None:
+    async def _first_event(self, socket: UpstreamSocket) -> dict[str, Any] | None:
         """`session.created`, or None (the upstream marked as not serving) when it serves no duplex."""
         try:
             async with asyncio.timeout(REPLY_TIMEOUT_S):
@@ -469,7 +461,7 @@ class RealtimeUpstreamSession:
         except EngineError:
             self._socket = None
             return False
-        socket = _Socket(old.upstream, ws)
+        socket = UpstreamSocket(old.upstream, ws)
         resume = {
             "type": "session.resume",
             "session_id": self._upstream_session,
@@ -499,11 +491,11 @@ class RealtimeUpstreamSession:
         logger.info("session %s: upstream %s resumed", self.session_id, old.upstream.url)
         return True
 
-    def _start_reader(self, socket: _Socket) -> None:
+    def _start_reader(self, socket: UpstreamSocket) -> None:
         self._socket = socket
         socket.reader = asyncio.get_running_loop().create_task(self._read(socket))
 
-    async def _read(self, socket: _Socket) -> None:
+    async def _read(self, socket: UpstreamSocket) -> None:
         """Route the socket's events: replies to their waiters, the rest to the running response."""
         while True:
             event = await self._receive(socket)
@@ -535,7 +527,7 @@ class RealtimeUpstreamSession:
             if self._response is not None:
                 await self._response.put(_DROPPED)
 
-    async def _receive(self, socket: _Socket) -> dict[str, Any] | None:
+    async def _receive(self, socket: UpstreamSocket) -> dict[str, Any] | None:
         """The next JSON event; None when the socket closed (or sent what is no event)."""
         message = await socket.ws.receive()
         if message.type == aiohttp.WSMsgType.TEXT:
@@ -553,7 +545,7 @@ class RealtimeUpstreamSession:
         if isinstance(seq, int):
             self._seq = max(self._seq, seq)
 
-    async def _request(self, socket: _Socket, message: dict[str, Any], reply: str) -> dict[str, Any]:
+    async def _request(self, socket: UpstreamSocket, message: dict[str, Any], reply: str) -> dict[str, Any]:
         """Send, and wait for the upstream's `reply` event (EngineError for an error or no answer)."""
         waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._replies[reply] = waiter
@@ -569,7 +561,7 @@ class RealtimeUpstreamSession:
             raise EngineError(f"upstream: {_error_text(event)}")
         return event
 
-    async def _send(self, socket: _Socket, message: dict[str, Any], quiet: bool = False) -> None:
+    async def _send(self, socket: UpstreamSocket, message: dict[str, Any], quiet: bool = False) -> None:
         """Send one event; a failure closes the socket (the reader tells a waiting response) and,
         unless `quiet`, is an EngineError."""
         try:
@@ -581,7 +573,7 @@ class RealtimeUpstreamSession:
             if not quiet:
                 raise EngineError(CLOSED_MID_REQUEST) from exc
 
-    async def _release(self, socket: _Socket) -> None:
+    async def _release(self, socket: UpstreamSocket) -> None:
         socket.closing = True
         await self.pool.release(socket.upstream, socket.ws)
         if socket.reader is not None and socket.reader is not asyncio.current_task():

@@ -52,6 +52,16 @@ class Upstream:
         return time.monotonic() >= self.not_serving_until
 
 
+@dataclass
+class UpstreamSocket:
+    """One session's WebSocket to an upstream, and the task reading it."""
+
+    upstream: Upstream
+    ws: aiohttp.ClientWebSocketResponse
+    reader: asyncio.Task[None] | None = None
+    closing: bool = False  # we closed it: not the upstream's fault
+
+
 def _failure(exc: BaseException, presented_key: bool) -> str:
     """Why a WebSocket to an upstream failed, for the log: a refused token names the setting."""
     if isinstance(exc, aiohttp.WSServerHandshakeError) and exc.status in (401, 403):

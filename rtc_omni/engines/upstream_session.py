@@ -30,7 +30,7 @@ from ..pcm import MAX_AUDIO_BUFFER_BYTES
 from ..protocol import understand_messages as understand_proto
 from ..protocol.codec import DecodedEvent, MalformedEvent, ServerEvent, UnknownEvent
 from .engine import ContextLost, EngineError, LiveSettings
-from .upstream import Upstream, UpstreamPool
+from .upstream import UpstreamPool, UpstreamSocket
 
 logger = logging.getLogger(__name__)
 
@@ -84,11 +84,7 @@ def _b64(data: bytes) -> str:
 
 
 @dataclass
-class _Connection:
-    upstream: Upstream
-    ws: aiohttp.ClientWebSocketResponse
-    reader: asyncio.Task[None] | None = None
-    closing: bool = False  # we closed it: not the upstream's fault
+class _Connection(UpstreamSocket):
     failure: str = CLOSED_MID_REQUEST  # what a turn in progress is told when the reader stops
     answered: bool = False  # it completed a turn, so it holds conversation the next one may lack
 
