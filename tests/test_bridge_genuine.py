@@ -14,9 +14,13 @@ from typing import Any
 import pytest
 
 from rtc_omni.client.rtc_peers import GenerateClient
+from rtc_omni.signaling.keys import ENGINES
 
 from .conftest import ClientFactory, RunningServer, ServerFactory
 from .genuine import Genuine, Vanishing, gateway_to
+from .realtime_client import connect
+from .test_realtime_calls import Call, stats_until
+from .test_realtime_calls import call as call  # the fixture
 
 pytestmark = pytest.mark.slow  # vLLM-Omni servers in subprocesses
 
@@ -185,3 +189,26 @@ async def test_a_generation_without_streaming_output_arrives_whole(
     assert chunks and {c["generation_chunk_index"] for c in chunks} == {0}
     blue = frames[-1].mean_rgb
     assert blue[2] > blue[0] + 60 and blue[2] > blue[1] + 60
+
+
+async def test_a_realtime_call_to_an_upstream_without_duplex_sessions_takes_the_older_endpoint(
+    understanding: Genuine, make_server: ServerFactory, call: Call
+) -> None:
+    """vLLM-Omni without a duplex deployment refuses `/v1/realtime?duplex=1`: the gateway marks it and
+    answers a call with a camera on `/v1/video/chat/stream`, and a voice-only one with the reason."""
+    front = await gateway_to(make_server, understanding.url)  # --upstream-protocol auto
+    await call.connect(front, {"type": "realtime"})
+    await stats_until(front, call, lambda s: s["camera_frames"] >= 1)
+    mark = len(call.events)
+    call.send({"type": "response.create"})
+    done = await call.wait("response.done", after=mark)
+    assert done["response"]["status"] == "completed"
+    assert "frames" in done["response"]["output"][0]["content"][0]["transcript"]  # the older endpoint's answer
+    realtime_pool = front.app[ENGINES].understand.realtime_pool
+    assert realtime_pool is not None and not realtime_pool.upstreams[0].serves
+
+    async with connect(front) as rt:  # the SDK over WebSocket: no camera
+        await rt.send({"type": "response.create"})
+        failed = (await rt.until("response.done"))[-1]["response"]
+    assert failed["status"] == "failed"
+    assert "answers only with a camera frame" in failed["status_details"]["error"]["message"]
