@@ -55,6 +55,8 @@ REALTIME_PATH = "/v1/realtime"
 NOT_DUPLEX = ("VAD realtime is not enabled", "Realtime API is not available")
 REPLY_TIMEOUT_S = 10.0  # for an upstream's answer to a request (created, committed, resumed)
 RESPONSE_STALL_S = 60.0  # between two events of a running response
+# vLLM-Omni takes a socket silent for its idle_timeout_s (300 s) for a dropped one: a quiet call says so.
+HEARTBEAT_S = 60.0
 OPENAI_PCM_RATE = 24_000  # the one rate of OpenAI's audio/pcm
 APPEND_BYTES = 48_000  # at most 1 s of PCM16 per input_audio_buffer.append
 MAX_IMAGES = 8  # vLLM-Omni's Qwen3-Omni duplex keeps at most 8 images per prompt
@@ -131,7 +133,8 @@ class RealtimeUpstreamSession:
         self._response: asyncio.Queue[dict[str, Any] | None] | None = None
         self._send_lock = asyncio.Lock()
         self._turn_lock = asyncio.Lock()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()  # truncations on their way
+        self._keepalive: asyncio.Task[None] | None = None
 
     # ----------------------------------------------------------------- EngineSession
 
@@ -151,9 +154,10 @@ class RealtimeUpstreamSession:
         self._spawn(self._truncate_upstream(item_id, upstream_id, audio_end_ms, transcript))
 
     async def close(self) -> None:
-        for task in list(self._tasks):
+        tasks = [*self._tasks, *([self._keepalive] if self._keepalive is not None else [])]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         socket, self._socket = self._socket, None
         if socket is not None:
             await self._send(socket, {"type": "session.close"}, quiet=True)
@@ -235,6 +239,8 @@ class RealtimeUpstreamSession:
                         pcm16 = base64.b64decode(delta, validate=True)
                     except ValueError:
                         raise EngineError("the upstream sent audio that is not base64") from None
+                    if len(pcm16) % 2:
+                        raise EngineError("the upstream sent audio that is not PCM16")
                     if self._speaking is not None:
                         self._speaking.sent_ms += pcm16_ms(pcm16, TALKER_SAMPLE_RATE)
                     yield AudioChunk(pcm16_to_float(pcm16))
@@ -389,6 +395,8 @@ class RealtimeUpstreamSession:
             self._upstream_session = str((created.get("session") or {}).get("id") or created.get("session_id") or "")
             self._token = created.get("resume_token") if isinstance(created.get("resume_token"), str) else None
             self._start_reader(socket)
+            if self._duplex and self._keepalive is None:
+                self._keepalive = asyncio.get_running_loop().create_task(self._heartbeat())
             # The input's rate, now that it is known which kind of server this is.
             audio_in = {"input": {"format": {"type": "audio/pcm", "rate": self._input_rate}}}
             await self._request(
@@ -490,6 +498,13 @@ class RealtimeUpstreamSession:
         self._start_reader(socket)
         logger.info("session %s: upstream %s resumed", self.session_id, old.upstream.url)
         return True
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            socket = self._socket
+            if socket is not None and not socket.ws.closed and not socket.closing:
+                await self._send(socket, {"type": "session.heartbeat"}, quiet=True)
 
     def _start_reader(self, socket: UpstreamSocket) -> None:
         self._socket = socket
