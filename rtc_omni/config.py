@@ -28,6 +28,10 @@ DEFAULT_TALKER_PACKET_MS = 120
 DEFAULT_MIN_INTERRUPTION_MS = 400  # a cough or a click is shorter, "wait, stop" longer
 
 
+# What a session speaks to an upstream (--upstream-protocol): docs/deployment.md.
+UpstreamProtocol = Literal["auto", "realtime", "legacy"]
+
+
 class Settings(BaseModel):
     """Everything `rtc-omni serve` can be told."""
 
@@ -65,7 +69,7 @@ class Settings(BaseModel):
         description="A vLLM-Omni (or rtc-omni) server the remote engine forwards sessions to, as ws://HOST:PORT. "
         "Repeat for several: each turn or generation goes to the healthy one with the fewest sessions.",
     )
-    upstream_protocol: Literal["auto", "realtime", "legacy"] = Field(
+    upstream_protocol: UpstreamProtocol = Field(
         "auto",
         description="What the remote engine's realtime sessions speak to an upstream: 'realtime' is vLLM-Omni's "
         "duplex /v1/realtime (voice-only calls, items mirrored, resume); 'legacy' its /v1/video/chat/stream "

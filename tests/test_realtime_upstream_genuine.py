@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from .conftest import RunningServer, ServerFactory
+from .conftest import ClientFactory, RunningServer, ServerFactory
 from .genuine import Genuine, Vanishing, gateway_to
 from .realtime_client import Realtime, add_user_text, append_audio, connect, text_of, tone_pcm24k
 from .test_realtime_calls import Call
@@ -175,3 +175,24 @@ async def test_a_dropped_upstream_socket_is_resumed_and_the_conversation_goes_on
     record = await duplex.record()
     assert [c for c in record["controls"] if c["op"] == "resume_duplex_session"]
     await link.vanish()
+
+
+async def test_an_understanding_session_holds_its_conversation_upstream_too_when_told_to(
+    duplex: Genuine, make_server: ServerFactory, make_client: ClientFactory
+) -> None:
+    """`--upstream-protocol realtime`: vLLM-Omni's older protocol towards the peer, `/v1/realtime` upstream."""
+    server = await front(make_server, duplex.url)
+    client = await make_client(server, colour="red", tone=440.0, config={"system_prompt": "Be brief."})
+    await client.wait_event("video.frame.ack")
+    await asyncio.sleep(1.0)  # some microphone audio for the first turn
+
+    first = await client.ask("what is this?")
+    second = await client.ask("and now?")
+
+    assert not first.errors and "heard" in first.text and "images: 1" in first.text
+    assert client.recorder is not None and client.recorder.voiced_frames(first.sent_at, first.done_at) > 10
+    # The upstream remembers the first exchange: the camera's image, the question, the answer.
+    assert "user image" in second.text and "user 'what is this?'" in second.text
+    assert "assistant 'Answer" in second.text and not second.errors
+    record = await duplex.record()  # the system prompt is the upstream session's instructions
+    assert [r for r in record["requests"] if r["instructions"] == "Be brief."]

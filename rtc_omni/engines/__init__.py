@@ -90,7 +90,7 @@ async def create_engines(settings: Settings) -> Engines:
             understand=RemoteUnderstandEngine(
                 pool(understand_proto.WEBSOCKET_PATH, UNDERSTAND_MESSAGE_BYTES),
                 realtime,
-                realtime_fallback=settings.upstream_protocol == "auto",
+                settings.upstream_protocol,
             ),
             generate=RemoteGenerateEngine(pool(generate_proto.WEBSOCKET_PATH)),
         )

@@ -105,7 +105,8 @@ class UnderstandTurn:
     engine_session: EngineSession | None = None  # set when the engine follows the session live
     # The conversation's item ids, for an engine that mirrors the conversation upstream (the remote
     # engine's /v1/realtime): the item each `history` message starts with, the current input's
-    # items, and the id the answer's message will have.
+    # items, and the id the answer's message will have. An understanding session names its turns'
+    # questions and answers.
     history_ids: tuple[str, ...] = ()
     input_ids: tuple[str, ...] = ()
     output_id: str | None = None
@@ -177,7 +178,7 @@ class LiveSettings:
     use_audio_in_video: bool
     sampling_params_list: list[dict[str, Any]] | None
     audio_streamed: bool  # True: every sampled chunk goes to add_audio; False: each turn brings its own
-    conversation_ids: bool = False  # True: its turns name their items (a realtime conversation)
+    realtime: bool = False  # an OpenAI Realtime conversation; else an understanding session
 
 
 class EngineSession(Protocol):

@@ -129,6 +129,7 @@ class RealtimeUpstreamSession:
         self._speaking: _Played | None = None  # the running answer's audio, as it comes
         self._played: _Played | None = None
         self._context_lost: str | None = None
+        self._instructions: str | None = None  # the upstream session's
         self._replies: dict[str, asyncio.Future[dict[str, Any]]] = {}  # event type -> waiter
         self._response: asyncio.Queue[dict[str, Any] | None] | None = None
         self._send_lock = asyncio.Lock()
@@ -175,6 +176,7 @@ class RealtimeUpstreamSession:
             await self._acknowledge(socket)
             await self._sync(socket, turn)
             await self._send_input(socket, turn)
+            await self._instruct(socket, turn.system_prompt)
             queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(RESPONSE_EVENT_QUEUE)
             self._response = queue
             done = False
@@ -196,9 +198,16 @@ class RealtimeUpstreamSession:
 
     def _response_create(self, turn: UnderstandTurn) -> dict[str, Any]:
         response: dict[str, Any] = {"output_modalities": ["audio"] if "audio" in turn.modalities else ["text"]}
-        if turn.system_prompt is not None:
-            response["instructions"] = turn.system_prompt
         return {"type": "response.create", "response": response}
+
+    async def _instruct(self, socket: UpstreamSocket, instructions: str | None) -> None:
+        """The response's instructions, as the session's: vLLM-Omni's duplex runtime refuses them on
+        `response.create` (`unsupported_native_response_options`)."""
+        if instructions == self._instructions:
+            return
+        update = {"type": "session.update", "session": {"type": "realtime", "instructions": instructions or ""}}
+        await self._request(socket, update, "session.updated")
+        self._instructions = instructions
 
     async def _outputs(
         self, turn: UnderstandTurn, queue: asyncio.Queue[dict[str, Any] | None]
@@ -377,6 +386,7 @@ class RealtimeUpstreamSession:
             self._context_lost = LOST
         self._mirror.clear()
         self._played = None
+        self._instructions = self.settings.system_prompt  # the first session.update's
         for _ in range(len(self.pool.upstreams)):
             if not any(u.serves for u in self.pool.upstreams):
                 break

@@ -27,6 +27,7 @@ import aiohttp
 import numpy as np
 from aiohttp import WSCloseCode
 
+from ..config import UpstreamProtocol
 from ..media.fmp4 import FragmentedMp4Decoder
 from ..pcm import TALKER_SAMPLE_RATE, pcm16_to_float
 from ..protocol import generate_messages as generate_proto
@@ -94,7 +95,7 @@ def _wav_samples(data: str) -> np.ndarray:
     return pcm16_to_float(pcm)
 
 
-def _one_turn_settings(turn: UnderstandTurn, conversation_ids: bool = False) -> LiveSettings:
+def _one_turn_settings(turn: UnderstandTurn, realtime: bool = False) -> LiveSettings:
     """For a turn from no live session: an upstream session that takes exactly the turn's frames."""
     count = max(1, len(turn.frames))
     return LiveSettings(
@@ -106,7 +107,7 @@ def _one_turn_settings(turn: UnderstandTurn, conversation_ids: bool = False) -> 
         use_audio_in_video=turn.use_audio_in_video,
         sampling_params_list=turn.sampling_params_list,
         audio_streamed=False,
-        conversation_ids=conversation_ids,
+        realtime=realtime,
     )
 
 
@@ -118,30 +119,31 @@ class RemoteUnderstandEngine:
     name = "remote"
 
     def __init__(
-        self, pool: UpstreamPool, realtime_pool: UpstreamPool | None = None, realtime_fallback: bool = True
+        self, pool: UpstreamPool, realtime_pool: UpstreamPool | None = None, protocol: UpstreamProtocol = "auto"
     ) -> None:
-        """`realtime_pool`: the upstreams' `/v1/realtime`, None when the older endpoint serves every
-        session (--upstream-protocol legacy); `realtime_fallback`: a realtime turn goes to the older
-        endpoint when no upstream serves `/v1/realtime` (--upstream-protocol auto)."""
+        """`pool`: the upstreams' `/v1/video/chat/stream`; `realtime_pool`: their `/v1/realtime` (None
+        with `protocol` legacy). With `protocol` auto, realtime sessions speak `/v1/realtime` (the older
+        endpoint where no upstream serves it) and understanding sessions the older endpoint; with
+        realtime, every session speaks `/v1/realtime` (--upstream-protocol)."""
         self.pool = pool
         self.realtime_pool = realtime_pool
-        self.realtime_fallback = realtime_fallback
+        self.protocol = protocol
 
     def open_session(self, session_id: str, settings: LiveSettings) -> EngineSession:
-        if settings.conversation_ids and self.realtime_pool is not None:
+        if self.realtime_pool is not None and (settings.realtime or self.protocol == "realtime"):
             return RealtimeUpstreamSession(self.realtime_pool, session_id, settings)
         return UpstreamSession(self.pool, session_id, settings)
 
     async def generate(self, turn: UnderstandTurn) -> AsyncIterator[UnderstandOutput]:
-        if self.realtime_pool is not None and (
-            isinstance(turn.engine_session, RealtimeUpstreamSession) or turn.history_ids or turn.input_ids
-        ):
+        session = turn.engine_session
+        out_of_band = session is None and bool(turn.input_ids)  # a realtime session's response apart from it
+        if self.realtime_pool is not None and (isinstance(session, RealtimeUpstreamSession) or out_of_band):
             try:
                 async for output in self._realtime(turn, self.realtime_pool):
                     yield output
                 return
             except NotServed as exc:
-                if not self.realtime_fallback:
+                if self.protocol == "realtime":
                     raise
                 if not turn.frames:
                     raise EngineError(f"{exc}, and the older endpoint answers only with a camera frame") from exc
@@ -154,7 +156,7 @@ class RemoteUnderstandEngine:
         session = turn.engine_session
         own = not isinstance(session, RealtimeUpstreamSession)
         if not isinstance(session, RealtimeUpstreamSession):
-            session = RealtimeUpstreamSession(pool, turn.request_id, _one_turn_settings(turn, conversation_ids=True))
+            session = RealtimeUpstreamSession(pool, turn.request_id, _one_turn_settings(turn, realtime=True))
         try:
             async with aclosing(session.answer(turn)) as outputs:
                 async for output in outputs:

@@ -162,7 +162,7 @@ class RealtimeSession(Session[proto.ClientMessage | proto.InvalidEvent, Understa
             use_audio_in_video=False,
             sampling_params_list=None,
             audio_streamed=False,
-            conversation_ids=True,
+            realtime=True,
         )
         return self.engine.open_session(self.session_id, settings)
 

@@ -57,6 +57,11 @@ MAX_HISTORY_MESSAGES = 16
 SessionState = Literal["configuring", "active", "finishing", "closed"]
 
 
+def _history_ids(request_id: str) -> tuple[str, str]:
+    """The ids of a turn's question and answer in the history."""
+    return f"{request_id}.question", f"{request_id}.answer"
+
+
 @dataclass
 class _Turn:
     answer: Answer
@@ -91,7 +96,8 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         self._camera = Camera(50)
         self._dc_filter: FrameSimilarityFilter | None = None
         self._listening = Listening(self._queue_work, self._tasks.spawn)
-        self._history: deque[dict[str, Any]] = deque(maxlen=MAX_HISTORY_MESSAGES)
+        # (id, chat message): an engine that mirrors the conversation upstream knows each by its id.
+        self._history: deque[tuple[str, dict[str, Any]]] = deque(maxlen=MAX_HISTORY_MESSAGES)
         self._turn: _Turn | None = None
         self._engine_session: EngineSession | None = None  # engine-side state, for engines that keep one
 
@@ -412,6 +418,7 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         turn = _Turn(answer, query)
         audio = self._listening.audio.take_all() if audio is None else audio
         history = list(self._history)
+        question, reply = _history_ids(answer.request_id)
 
         async def build() -> UnderstandTurn:
             turn.frames = await self._camera.turn_frames(config.num_frames)
@@ -420,7 +427,10 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
                 frames=engine_frames(turn.frames),
                 audio_pcm16=audio,
                 query=query,
-                history=history,
+                history=[message for _, message in history],
+                history_ids=tuple(item_id for item_id, _ in history),
+                input_ids=(question,),
+                output_id=reply,
                 system_prompt=config.system_prompt,
                 modalities=tuple(config.modalities),
                 speech_ms=speech_ms,
@@ -483,8 +493,9 @@ class UnderstandSession(Session[proto.ClientMessage, UnderstandEngine]):
         turn = self._turn_of(answer)
         if answer.audio_seen:
             self._emit(proto.AudioDone(request_id=answer.request_id))
-        self._history.append({"role": "user", "content": turn.query})
-        self._history.append({"role": "assistant", "content": answer.text})
+        question, reply = _history_ids(answer.request_id)
+        self._history.append((question, {"role": "user", "content": turn.query}))
+        self._history.append((reply, {"role": "assistant", "content": answer.text}))
         self._turn = None
         assert self.config is not None
         self._listening.answered(answer.playback_left_ms if self.config.audio_events else 0.0)
