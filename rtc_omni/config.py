@@ -74,7 +74,7 @@ class Settings(BaseModel):
         description="What the remote engine's realtime sessions speak to an upstream: 'realtime' is vLLM-Omni's "
         "duplex /v1/realtime (voice-only calls, items mirrored, resume); 'legacy' its /v1/video/chat/stream "
         "(every turn needs a camera frame); 'auto' uses /v1/realtime where an upstream serves it and the older "
-        "endpoint where it does not. Understanding sessions speak the older endpoint.",
+        "endpoint where it does not. Understanding sessions speak the older endpoint, except with 'realtime'.",
     )
     upstream_retry: float = Field(
         10.0, gt=0, description="Seconds an upstream that failed is skipped before it is tried again."
