@@ -19,7 +19,7 @@ import pytest
 from .conftest import ClientFactory, RunningServer, ServerFactory
 from .genuine import Genuine, Vanishing, gateway_to
 from .realtime_client import Realtime, add_user_text, append_audio, connect, text_of, tone_pcm24k
-from .test_realtime_calls import Call
+from .test_realtime_calls import Call, stats_until
 from .test_realtime_calls import call as call  # the fixture
 
 pytestmark = pytest.mark.slow  # a vLLM-Omni server in a subprocess
@@ -117,12 +117,8 @@ async def test_a_webrtc_call_hears_the_answer_and_its_cancel_and_truncation_reac
 ) -> None:
     server = await front(make_server, duplex.url)
     await call.connect(server, {"type": "realtime", "audio": {"input": {"turn_detection": None}}})
-    call.send(
-        {
-            "type": "conversation.item.create",
-            "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Talk a lot."}]},
-        }
-    )
+    await stats_until(server, call, lambda s: s["audio_ms_buffered"] >= 1000 and s["camera_frames"] >= 1)
+    call.send({"type": "input_audio_buffer.commit"})  # the microphone's tone, and the camera's view
     call.send({"type": "response.create"})
     assert call.recorder is not None
     async with asyncio.timeout(20):
@@ -141,7 +137,7 @@ async def test_a_webrtc_call_hears_the_answer_and_its_cancel_and_truncation_reac
     assert commands(record, "TruncateItem")[-1]["audio_end_ms"] == truncated["audio_end_ms"]
     call.send({"type": "conversation.item.retrieve", "item_id": truncated["item_id"]})
     heard = (await call.wait("conversation.item.retrieved"))["item"]["content"][0]["transcript"]
-    assert heard
+    assert heard.startswith("Answer") and "heard" in done["response"]["output"][0]["content"][0]["transcript"]
     # ... and the model remembers the words the user heard.
     mark = len(call.events)
     call.send(
@@ -154,6 +150,7 @@ async def test_a_webrtc_call_hears_the_answer_and_its_cancel_and_truncation_reac
     after = await call.wait("response.done", after=mark)
     said = after["response"]["output"][0]["content"][0]["transcript"]
     assert f"assistant '{' '.join(heard.split()[:6])}" in said, (heard, said)
+    assert "user image 320x240" in said and "user audio" in said  # the camera's view, the microphone's turn
 
 
 async def test_a_dropped_upstream_socket_is_resumed_and_the_conversation_goes_on(
