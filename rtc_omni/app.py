@@ -28,6 +28,8 @@ from .signaling.capabilities import (
 )
 from .signaling.keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 from .signaling.limits import ConnectionLimit, cors_allow_list, session_rate_limit, text_body
+from .signaling.public_url import TrustedProxies, public_url_middleware
+from .tls import server_ssl_context
 from .workers import Worker
 from .workers.forwarding import REDEEM_PATH, OwnerRouting, sibling_client_address
 from .workers.shared_port import bind_shared_port
@@ -99,6 +101,8 @@ def create_app(settings: Settings, engines: Engines | None = None, worker: Worke
     `worker`: this process is one of `--workers N` (workers/)."""
     patches.apply(None if settings.gather_all_interfaces else settings.ice_address, settings.ice_ports)
     middlewares = [] if worker is None else [sibling_client_address()]
+    if settings.trusted_proxy:  # before anything that reads the request's URL
+        middlewares.append(public_url_middleware(TrustedProxies(settings.trusted_proxy)))
     if settings.cors_origin:
         middlewares.append(cors_allow_list(settings.cors_origin))
     if settings.session_rate_limit:  # before the keys: a refused request does not use up its ephemeral key
@@ -156,9 +160,9 @@ async def serve(
     on_listening: Callable[[int], None] | None = None,
     worker: Worker | None = None,
 ) -> None:
-    """Serve `app` on --host/--port until SIGINT or SIGTERM, then shut down gracefully (SIGUSR1 logs the
-    top allocation sites: allocations.py); `on_listening` gets the bound port once the engines are up
-    and the server listens (the CLI's ready banner).
+    """Serve `app` on --host/--port (HTTPS with --tls-cert) until SIGINT or SIGTERM, then shut down
+    gracefully (SIGUSR1 logs the top allocation sites: allocations.py); `on_listening` gets the bound
+    port once the engines are up and the server listens (the CLI's ready banner).
     A `worker` shares the port with its siblings (SO_REUSEPORT) and also listens on its private
     Unix socket for the requests they forward to it (workers/forwarding.py).
 
@@ -175,13 +179,16 @@ async def serve(
         loop.add_signal_handler(signum, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, AllocationReport().log_soon)  # the leak hunter's probe
     limited = ConnectionLimit(runner.server, settings.max_connections_per_client)
+    tls = None
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        tls = server_ssl_context(settings.tls_cert, settings.tls_key)
     listeners: list[asyncio.Server] = []
     try:
         if worker is None:
-            listeners.append(await loop.create_server(limited, settings.host, settings.port))
+            listeners.append(await loop.create_server(limited, settings.host, settings.port, ssl=tls))
         else:
             shared = bind_shared_port(settings.host, settings.port)
-            listeners.append(await loop.create_server(limited, sock=shared))
+            listeners.append(await loop.create_server(limited, sock=shared, ssl=tls))
             listeners.append(await loop.create_unix_server(runner.server, str(worker.socket_path(worker.index))))
         if on_listening is not None:
             on_listening(listeners[0].sockets[0].getsockname()[1])

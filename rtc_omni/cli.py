@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from .bench.command import add_arguments as add_bench_arguments
 from .bench.command import main as run_bench
 from .client.rtc_peers import check_server_url
-from .config import Settings, add_settings_arguments, load_settings
+from .config import Settings, add_settings_arguments, is_loopback, load_settings
 from .engines.vllm_runtime import INSTALL_HINT
 from .logs import configure_logging
 from .protocol.generate_messages import VideoGenerationRequest, coerce_start_fields
@@ -44,13 +44,15 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"rtc-omni: {INSTALL_HINT}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_format)
-    if (warning := model_warning(settings)) is not None:
-        print(f"rtc-omni: warning: {warning}", file=sys.stderr, flush=True)
+    for warning in (model_warning(settings), ice_warning(settings)):
+        if warning is not None:
+            print(f"rtc-omni: warning: {warning}", file=sys.stderr, flush=True)
     workers = settings.worker_count
+    scheme = "http" if settings.tls_cert is None else "https"
 
     def listening(port: int) -> None:  # once the engines are up and the port is bound (in every worker)
         print(
-            f"rtc-omni: engine={settings.engine} ice={','.join(settings.ice_address)} on http://{settings.host}:{port}"
+            f"rtc-omni: engine={settings.engine} ice={','.join(settings.ice_address)} on {scheme}://{settings.host}:{port}"
             + (f" ({workers} workers)" if workers > 1 else ""),
             flush=True,
         )
@@ -75,6 +77,17 @@ def model_warning(settings: Settings) -> str | None:
     return (
         f"--model {settings.model} only names the model reported to clients: the synthetic engine answers. "
         "To load it, add --engine vllm (pip install 'rtc-omni[vllm]')"
+    )
+
+
+def ice_warning(settings: Settings) -> str | None:
+    """--host open to other machines while ICE gathers on loopback only: their media cannot arrive."""
+    if is_loopback(settings.host) or not settings.ice_loopback_only:
+        return None
+    return (
+        f"--host {settings.host} takes requests from other machines, but ICE gathers on loopback only "
+        f"(--ice-address {','.join(settings.ice_address)}): their media cannot reach this server. "
+        "Set --ice-address to an address of this machine they reach (or 'all')"
     )
 
 

@@ -8,6 +8,7 @@ beats the default. Lists are comma-separated in the environment and repeatable a
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import types
 import typing
@@ -18,6 +19,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from .event_loop import EventLoopChoice
 from .media import denoise
 from .protocol.validation import describe_validation_error
+from .tls import server_ssl_context
 
 ENV_PREFIX = "RTC_OMNI_"
 MAX_WORKERS = 256
@@ -37,6 +39,18 @@ class Settings(BaseModel):
 
     host: str = Field("127.0.0.1", description="HTTP listen address.")
     port: int = Field(8080, ge=0, le=65535, description="HTTP listen port (0 picks a free one).")
+    tls_cert: str | None = Field(
+        None,
+        description="PEM certificate chain: serve HTTPS and WSS on --port (with --tls-key). Behind a reverse proxy "
+        "that terminates TLS, leave it out and set --trusted-proxy.",
+    )
+    tls_key: str | None = Field(None, description="PEM private key of --tls-cert.")
+    trusted_proxy: list[str] = Field(
+        default_factory=list,
+        description="Address or CIDR network of a reverse proxy whose Forwarded / X-Forwarded-Proto / "
+        "X-Forwarded-Host headers give the public URL the server writes into Location headers; repeat for "
+        "several. Those headers from any other address are ignored.",
+    )
     engine: Literal["synthetic", "vllm", "remote"] = Field(
         "synthetic",
         description="Model engine: the embedded CPU engines, vLLM-Omni in-process (GPU, or CPU for tiny models), "
@@ -320,6 +334,24 @@ class Settings(BaseModel):
             raise ValueError("'all' cannot be combined with explicit addresses")
         return value
 
+    @field_validator("trusted_proxy")
+    @classmethod
+    def _check_trusted_proxies(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address or CIDR network (e.g. 10.0.0.0/8)") from None
+        return value
+
+    @model_validator(mode="after")
+    def _check_tls_files(self) -> Settings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("set both --tls-cert and --tls-key, or neither")
+        if self.tls_cert is not None and self.tls_key is not None:
+            server_ssl_context(self.tls_cert, self.tls_key)  # TlsFilesError names the file and what is wrong
+        return self
+
     @model_validator(mode="after")
     def _default_model(self) -> Settings:
         if self.model is None and self.engine != "remote":
@@ -383,6 +415,11 @@ class Settings(BaseModel):
         return self.ice_address == ["all"]
 
     @property
+    def ice_loopback_only(self) -> bool:
+        """ICE gathers on loopback only: no peer on another machine can reach this server's media."""
+        return all(is_loopback(address) for address in self.ice_address)
+
+    @property
     def worker_count(self) -> int:
         """--workers as a number: 'auto' is the CPU cores this process may run on."""
         if self.workers == "auto":
@@ -395,6 +432,16 @@ class Settings(BaseModel):
         if self.ice_port_min is None or self.ice_port_max is None:
             return None
         return range(self.ice_port_min, self.ice_port_max + 1)
+
+
+def is_loopback(address: str) -> bool:
+    """`address` (an IP address or 'localhost') is reached from this machine only."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 def _is_list(annotation: Any) -> bool:

@@ -28,6 +28,7 @@ from rtc_omni.engines.synthetic import tone_voice
 from rtc_omni.event_loop import loop_factory
 from rtc_omni.signaling.keys import ENGINES, REGISTRY
 
+from .https_server import Certificate, self_signed
 from .tools import require_tool, unavailable
 from .wsclient import WsClient
 
@@ -71,6 +72,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         own = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("media") else 2
         rank[item.path] = min(rank.get(item.path, own), own)
     items.sort(key=lambda item: rank[item.path])
+
+
+@pytest.fixture(scope="session")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> Certificate:
+    """The suite's self-signed certificate for 127.0.0.1 (and its key), for the https servers."""
+    return self_signed(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture

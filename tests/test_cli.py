@@ -29,8 +29,10 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from rtc_omni.cli import main
+from rtc_omni.cli import ice_warning, main
+from rtc_omni.config import Settings
 
+from .https_server import self_signed
 from .tools import require_tool
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -340,10 +342,34 @@ def assert_plain_error(done: subprocess.CompletedProcess[str], expected: str) ->
         (["client", "generate", "--prompt", "x", "--size", "100"], {}, "size must be 'WIDTHxHEIGHT'"),
         (["serve"], {"RTC_OMNI_PORT": "abc"}, "--port (RTC_OMNI_PORT) should be a valid integer (got 'abc')."),
         (["serve", "--engine", "remote"], {}, "--engine remote needs at least one --upstream ws://HOST:PORT"),
+        (["serve", "--tls-cert", "cert.pem"], {}, "set both --tls-cert and --tls-key, or neither"),
+        (
+            ["serve", "--tls-cert", "/no/cert.pem", "--tls-key", "/no/key.pem"],
+            {},
+            "--tls-cert /no/cert.pem: No such file",
+        ),
+        (["serve", "--trusted-proxy", "proxy.lan"], {}, "--trusted-proxy (RTC_OMNI_TRUSTED_PROXY): 'proxy.lan' is not"),
     ],
 )
 def test_each_mistake_is_named_with_its_flag(args: list[str], env: dict[str, str], expected: str) -> None:
     assert_plain_error(run_cli(*args, env=env), expected)
+
+
+def test_a_key_that_is_not_the_certificates_is_named(tmp_path: Path) -> None:
+    first, second = self_signed(tmp_path, "first"), self_signed(tmp_path, "second")
+    done = run_cli("serve", "--tls-cert", str(first.cert), "--tls-key", str(second.key))
+    assert_plain_error(done, f"--tls-key {second.key} is not the private key of --tls-cert {first.cert}")
+
+
+def test_a_public_host_with_loopback_only_ice_is_warned_about_with_the_flag_to_set() -> None:
+    # 192.0.2.1 (TEST-NET-1) is no address of this machine: the server stops right after the warning.
+    done = subprocess.run([*RTC_OMNI, "serve", "--host", "192.0.2.1"], capture_output=True, text=True, timeout=60)
+    assert (
+        "warning: --host 192.0.2.1 takes requests from other machines, but ICE gathers on loopback only" in done.stderr
+    )
+    assert "Set --ice-address to an address of this machine they reach" in done.stderr
+    assert ice_warning(Settings(host="0.0.0.0", ice_address=["192.0.2.1"])) is None  # ICE reachable: no warning
+    assert ice_warning(Settings()) is None  # all on loopback: nothing to warn about
 
 
 def test_a_busy_port_is_named_and_no_ready_banner_is_printed() -> None:

@@ -70,11 +70,14 @@ async def get_ice_servers(request: web.Request) -> web.Response:
     """`GET /v1/ice-servers`: what a browser passes as RTCConfiguration.iceServers.
 
     Each call mints fresh TURN REST credentials under a random name, valid for --turn-ttl seconds.
+    `ice_loopback_only` tells the page that a browser on another machine cannot connect at all
+    until the server gathers elsewhere (--ice-address), which no TURN server changes.
     """
     settings = request.app[SETTINGS]
     servers = configured_ice_servers(settings, new_session_id())
     ttl = settings.turn_ttl if settings.turn_secret else None
-    return web.json_response({"iceServers": [ice_server_json(s) for s in servers], "ttl": ttl})
+    body = {"iceServers": [ice_server_json(s) for s in servers], "ttl": ttl}
+    return web.json_response({**body, "ice_loopback_only": settings.ice_loopback_only})
 
 
 def link_headers(servers: Sequence[RTCIceServer]) -> list[str]:

@@ -28,6 +28,7 @@ from .scrape import METRICS_PATH, WholeServerScrape
 logger = logging.getLogger(__name__)
 
 FORWARDED_FOR = "RTC-Omni-Forwarded-For"
+FORWARDED_ORIGIN = "RTC-Omni-Forwarded-Origin"  # the scheme://host its client used (signaling/public_url.py)
 REDEEM_PATH = "/_workers/redeem"  # an ephemeral key, redeemed (POST) or given back (PUT) at its minter
 ATTACH_PATH = "/v1/rtc/offer"  # kind "control" names its session in the body, not the path
 # Headers about one hop's connection, not the message; aiohttp sets its own for each side.
@@ -44,6 +45,7 @@ _HOP_BY_HOP = frozenset(
         "Proxy-Authenticate",
         "Content-Length",
         FORWARDED_FOR,
+        FORWARDED_ORIGIN,
     )
 )
 FORWARD_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=120)
@@ -57,13 +59,16 @@ def _came_from_sibling(request: web.Request) -> bool:
 
 def sibling_client_address() -> Middleware:
     """Outermost: a request a sibling forwarded is seen with its client's address (for the
-    per-client limits and logs), not the Unix socket's empty one."""
+    per-client limits and logs), not the Unix socket's empty one, and with the scheme and host its
+    client used (for the URLs in the answer: an https client's Location stays https)."""
 
     @web.middleware
     async def restore_remote(request: web.Request, handler: Handler) -> web.StreamResponse:
         client = request.headers.get(FORWARDED_FOR)
         if client and _came_from_sibling(request):
-            return await handler(request.clone(remote=client))
+            scheme, _, host = request.headers.get(FORWARDED_ORIGIN, "").partition("://")
+            origin = request.clone(remote=client, scheme=scheme or request.scheme, host=host or request.host)
+            return await handler(origin)
         return await handler(request)
 
     return restore_remote
@@ -124,6 +129,7 @@ class OwnerRouting:
         dropped = _HOP_BY_HOP | {"content-encoding"}
         headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in dropped)
         headers[FORWARDED_FOR] = request.remote or ""
+        headers[FORWARDED_ORIGIN] = f"{request.scheme}://{request.host}"
         body = await request.read() if request.body_exists else None  # kept since text_body read it
         url = f"http://worker-{owner}{request.path_qs}"
         try:

@@ -30,19 +30,23 @@ async function describeFailure(response) {
 
 export class ServerError extends Error {}
 
-/** ICE servers from `/v1/ice-servers` when the server has that endpoint, else none (loopback, LAN). */
-export async function iceServers(timeoutMs = 3000) {
+/**
+ * The server's ICE facts from `/v1/ice-servers` when it has that endpoint: `iceServers` (none: loopback,
+ * LAN) and `loopbackOnly`, true when the server says its own ICE gathers on loopback only.
+ */
+export async function iceConfig(timeoutMs = 3000) {
+  const none = { iceServers: [], loopbackOnly: false };
   try {
     const response = await fetch(url("v1/ice-servers"), {
       headers: headers(),
       signal: AbortSignal.timeout(timeoutMs),
     });
-    if (!response.ok || !(response.headers.get("content-type") || "").includes("json")) return [];
+    if (!response.ok || !(response.headers.get("content-type") || "").includes("json")) return none;
     const body = await response.json();
     const list = Array.isArray(body) ? body : body.iceServers || body.ice_servers || [];
-    return Array.isArray(list) ? list : [];
+    return { iceServers: Array.isArray(list) ? list : [], loopbackOnly: body.ice_loopback_only === true };
   } catch {
-    return [];
+    return none;
   }
 }
 

@@ -1,6 +1,6 @@
 // One peer connection to the server: the `control` DataChannel, non-trickle offer/answer.
 
-import { iceServers, postOffer } from "./api.js";
+import { iceConfig, postOffer } from "./api.js";
 
 const GATHERING_TIMEOUT_MS = 5000;
 const CONNECT_TIMEOUT_MS = 15000;
@@ -38,11 +38,14 @@ function answerAddresses(sdp) {
  * `iceConnected` says whether ICE ever found a path: the browser may report the connection failed
  * before it reports ICE failed, and without a path there was no DTLS handshake to fail.
  */
-function notConnectedReason(pc, addresses, timedOut, iceConnected) {
+function notConnectedReason(pc, addresses, timedOut, iceConnected, loopbackOnly) {
   const ice = pc.iceConnectionState;
   const seconds = `${CONNECT_TIMEOUT_MS / 1000} s`;
   const silent = `none of the server's addresses (${addresses}) answered`;
-  const hint = "A firewall or NAT is in the way; a TURN server (rtc-omni serve --ice-server) gets through most";
+  const hint = loopbackOnly
+    ? "The server's ICE listens on loopback only, which only a browser on its own machine reaches: " +
+      "restart it with --ice-address set to an address this browser reaches (or all)"
+    : "A firewall or NAT is in the way; a TURN server (rtc-omni serve --ice-server) gets through most";
   if (ice === "failed" || (pc.connectionState === "failed" && !iceConnected)) return `ICE failed: ${silent}. ${hint}`;
   if (timedOut && (ice === "new" || ice === "checking")) return `ICE found no network path within ${seconds}: ${silent}. ${hint}`;
   if (pc.connectionState === "failed") return "the network path works, but the secure media handshake (DTLS) failed";
@@ -60,7 +63,7 @@ export function lostReason(pc) {
     : "the secure media connection failed (DTLS)";
 }
 
-function opened(pc, channel, addresses) {
+function opened(pc, channel, addresses, loopbackOnly) {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => fail(true), CONNECT_TIMEOUT_MS);
     let iceConnected = false;
@@ -72,7 +75,7 @@ function opened(pc, channel, addresses) {
     }
     function fail(timedOut) {
       cleanup();
-      reject(new Error(`Could not connect to the server: ${notConnectedReason(pc, addresses, timedOut, iceConnected)}.`));
+      reject(new Error(`Could not connect to the server: ${notConnectedReason(pc, addresses, timedOut, iceConnected, loopbackOnly)}.`));
     }
     function onOpen() {
       cleanup();
@@ -97,7 +100,8 @@ function opened(pc, channel, addresses) {
  * Returns {pc, channel, sessionId, sessionToken}. Throws Error with a message fit for the page.
  */
 export async function connectSession(kind, { addMedia, onTrack, onMessage, onState }) {
-  const pc = new RTCPeerConnection({ iceServers: await iceServers() });
+  const ice = await iceConfig();
+  const pc = new RTCPeerConnection({ iceServers: ice.iceServers });
   try {
     const channel = pc.createDataChannel("control"); // before the offer, so the SDP carries it
     channel.addEventListener("message", (event) => {
@@ -117,7 +121,7 @@ export async function connectSession(kind, { addMedia, onTrack, onMessage, onSta
     await gatheringComplete(pc);
     const answer = await postOffer(pc.localDescription.sdp, kind);
     await pc.setRemoteDescription({ type: answer.type, sdp: answer.sdp });
-    await opened(pc, channel, answerAddresses(answer.sdp));
+    await opened(pc, channel, answerAddresses(answer.sdp), ice.loopbackOnly);
     const send = (message) => {
       if (channel.readyState === "open") channel.send(JSON.stringify(message));
     };

@@ -24,6 +24,7 @@ import pytest
 import pytest_asyncio
 
 from ..conftest import ServerFactory, server_factory
+from ..https_server import Certificate
 from ..tools import require_loopback_namespace, require_tool, unavailable
 
 CHROMIUM = os.environ.get("RTC_OMNI_CHROMIUM", "/usr/bin/chromium")
@@ -106,14 +107,15 @@ async def make_server() -> AsyncIterator[ServerFactory]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def browser(fake_media: tuple[Path, Path]) -> AsyncIterator[Any]:
+async def browser(fake_media: tuple[Path, Path], certificate: Certificate) -> AsyncIterator[Any]:
+    """Chromium, trusting the suite's certificate by its key (as the certificate of an https server)."""
     require_loopback_namespace()  # Chromium's ICE agent cannot be kept on 127.0.0.1 otherwise
     try:
         from playwright.async_api import async_playwright
     except ImportError:
         unavailable("the playwright package is not installed (pip install -e '.[test]')")
     require_tool(CHROMIUM, "apt-get install chromium")
-    flags = chromium_flags(*fake_media)
+    flags = [*chromium_flags(*fake_media), f"--ignore-certificate-errors-spki-list={certificate.spki_sha256}"]
     async with async_playwright() as playwright:
         launched = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=flags, timeout=30_000)
         try:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ..https_server import Certificate, rtc_omni_serve
 from ..tools import under_ci
 from .conftest import BROWSER_LOOP, CAMERA_COLOUR, MIC_TONE_HZ, PageFactory
 
@@ -132,6 +134,24 @@ async def screenshot(page: Page, folder: Path, name: str) -> Path:
     await page.screenshot(path=str(path), full_page=True)
     print(f"screenshot: {path}")
     return path
+
+
+@pytest.fixture
+def https_server(certificate: Certificate, tmp_path: Path) -> Iterator[str]:
+    """`rtc-omni serve --tls-cert/--tls-key`, its https URL (a test asks for it before its page, so
+    that the page is closed before the server stops)."""
+    tls = ["--tls-cert", str(certificate.cert), "--tls-key", str(certificate.key), "--synthetic-token-rate", "200"]
+    with rtc_omni_serve(*tls, log=tmp_path / "server.log") as (url, _warnings):
+        yield url
+
+
+async def test_the_page_over_https_connects_and_answers(https_server: str, open_page: PageFactory) -> None:
+    assert https_server.startswith("https://127.0.0.1:")
+    page = await open_page(https_server)
+    assert await page.evaluate("window.isSecureContext && location.protocol") == "https:"
+    await connect_talk(page)  # /v1/ice-servers and the offer over https, then ICE, DTLS and the channel
+    await ask(page, "What colour do you see?")
+    await expect(turn(page, 0).locator(".answer")).to_contain_text(f"mostly {CAMERA_COLOUR[0]}", timeout=20_000)
 
 
 async def test_talk_answer_names_the_camera_colour_and_the_talker_is_heard(
@@ -447,6 +467,8 @@ async def test_an_ice_failure_is_reported_as_one(make_server: Any, open_page: Pa
     notice = page.locator("#talk-notice")
     await expect(notice).to_contain_text("none of the server's addresses (127.0.0.1:", timeout=30_000)
     await expect(notice).to_contain_text("ICE")
+    # The test server's ICE is loopback-only (/v1/ice-servers says so): the hint names the flag, not TURN.
+    await expect(notice).to_contain_text("restart it with --ice-address")
     await expect(notice).not_to_contain_text("timed out")
     await expect(button(page, "Connect")).to_be_enabled()
 
