@@ -39,6 +39,8 @@ class TrustedProxies:
             ip = ipaddress.ip_address(host)
         except ValueError:
             return False
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:  # a proxy on IPv4, --host ::
+            ip = ip.ipv4_mapped
         return any(ip in network for network in self.networks)
 
 
