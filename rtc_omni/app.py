@@ -14,6 +14,7 @@ from . import patches
 from .allocations import AllocationReport
 from .config import Settings
 from .engines import Engines, create_engines
+from .fleet import Fleet
 from .heap import ClosedSessionCollector, freeze_startup_heap
 from .metrics import get_metrics, watch_sessions
 from .sessions.recordings import RecordingStore
@@ -29,7 +30,7 @@ from .signaling.capabilities import (
 from .signaling.keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
 from .signaling.limits import ConnectionLimit, cors_allow_list, session_rate_limit, text_body
 from .workers import Worker
-from .workers.forwarding import REDEEM_PATH, OwnerRouting, sibling_client_address
+from .workers.forwarding import REDEEM_PATH, OwnerRouting, forwarded_client_address, session_id_prefix
 from .workers.shared_port import bind_shared_port
 
 logger = logging.getLogger(__name__)
@@ -96,15 +97,17 @@ async def _start_engines(app: web.Application) -> None:
 
 def create_app(settings: Settings, engines: Engines | None = None, worker: Worker | None = None) -> web.Application:
     """Build the server. `engines` overrides the ones the settings name (tests pass their own);
-    `worker`: this process is one of `--workers N` (workers/)."""
+    `worker`: this process is one of `--workers N` (workers/); with --node-id it is a node of a fleet (fleet/)."""
     patches.apply(None if settings.gather_all_interfaces else settings.ice_address, settings.ice_ports)
-    middlewares = [] if worker is None else [sibling_client_address()]
+    fleet = Fleet.of(settings)
+    middlewares = [] if worker is None and fleet is None else [forwarded_client_address(fleet)]
     if settings.cors_origin:
         middlewares.append(cors_allow_list(settings.cors_origin))
     if settings.session_rate_limit:  # before the keys: a refused request does not use up its ephemeral key
         middlewares.append(session_rate_limit(settings.session_rate_limit))
-    keys = client_secrets.EphemeralKeys(owner_prefix="" if worker is None else worker.session_id_prefix)
-    routing = None if worker is None else OwnerRouting(worker, keys)
+    id_prefix = session_id_prefix(worker, fleet)
+    keys = client_secrets.EphemeralKeys(owner_prefix=id_prefix)
+    routing = None if worker is None and fleet is None else OwnerRouting(keys, worker, fleet)
     middlewares.append(client_secrets.ephemeral_auth(client_secrets.OwnKeys(keys) if routing is None else routing))
     if settings.auth_token:
         middlewares.append(server_token_auth())
@@ -119,11 +122,15 @@ def create_app(settings: Settings, engines: Engines | None = None, worker: Worke
         handler_args={"keepalive_timeout": settings.http_idle_timeout},
     )
     app[SETTINGS] = settings
-    app[SESSION_TOKENS] = SessionTokens(None if worker is None else worker.token_key)
+    # One key for every process that may check a token: the fleet's, else the workers' (None: drawn here).
+    token_key = fleet.token_key if fleet is not None else None
+    if token_key is None and worker is not None:
+        token_key = worker.token_key
+    app[SESSION_TOKENS] = SessionTokens(token_key)
     app[ENGINES] = engines if engines is not None else Engines()
     if engines is None:
         app.on_startup.append(_start_engines)
-    slots, id_prefix = (None, "") if worker is None else (worker.slots, worker.session_id_prefix)
+    slots = None if worker is None else worker.slots
     app[REGISTRY] = SessionRegistry(settings.max_sessions, slots, id_prefix, ClosedSessionCollector().session_closed)
     app[RECORDINGS] = RecordingStore(settings.recording_dir, settings.max_recordings, settings.max_recording_bytes)
     watch_sessions(app[REGISTRY])
@@ -141,8 +148,8 @@ def create_app(settings: Settings, engines: Engines | None = None, worker: Worke
     app.on_shutdown.append(_close_sessions)
     app.on_cleanup.append(_close_engines)
     if routing is not None:
-        app.router.add_post(REDEEM_PATH, checks_its_own_access(routing.redeem_for_sibling))
-        app.router.add_put(REDEEM_PATH, checks_its_own_access(routing.give_back_for_sibling))
+        app.router.add_post(REDEEM_PATH, checks_its_own_access(routing.redeem_for_owner))
+        app.router.add_put(REDEEM_PATH, checks_its_own_access(routing.give_back_for_owner))
         app.on_cleanup.append(routing.close)
     return app
 

@@ -1,0 +1,144 @@
+"""A fleet of gateways: two `rtc-omni serve` processes on 127.0.0.1 with their own node ids and one
+cluster key. A request for one gateway's session or key, sent to the other, reaches its owner; a
+request signed with another key, or forged by a client, is refused and goes nowhere."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rtc_omni.client.rtc_peers import RealtimeClient
+from rtc_omni.config import SettingsError, load_settings
+from rtc_omni.fleet import Fleet
+from rtc_omni.fleet.signatures import SIGNATURE_HEADER, signature
+
+from .serve_process import Served, call, mint_key, open_realtime, start_serve
+from .waiting import wait_until
+from .whep_player import WhepPlayer, viewing
+
+CLUSTER_KEY = secrets.token_hex(32)
+
+
+class Fleet2:
+    """Gateway n0, and gateway n1 that lists n0 as its peer."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.gateways: list[Served] = []
+        self.n0 = self.start("n0")
+        self.n1 = self.start("n1", f"n0={self.n0.url}")
+
+    def start(self, node: str, *peers: str, key: str = CLUSTER_KEY) -> Served:
+        flags = [flag for peer in peers for flag in ("--peer", peer)]
+        served = start_serve(self.tmp_path, "--node-id", node, "--cluster-key", key, *flags, name=node)
+        self.gateways.append(served)
+        return served
+
+    def stop(self) -> None:
+        for served in self.gateways:
+            if served.process.poll() is None:
+                served.process.kill()
+                served.process.wait()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet2]:
+    gateways = Fleet2(tmp_path)
+    yield gateways
+    gateways.stop()
+
+
+def realtime_call(url: str, receive_audio: bool = False) -> RealtimeClient:
+    """A realtime call without a camera or microphone: a text turn needs neither."""
+    return RealtimeClient(url, video=None, audio=None, receive_audio=receive_audio)
+
+
+@pytest.mark.media
+async def test_a_call_made_on_one_gateway_is_watched_and_hung_up_through_the_other(fleet: Fleet2) -> None:
+    caller = realtime_call(fleet.n0.url, receive_audio=True)  # the answer's voice, which a viewer hears too
+    player = WhepPlayer("audio")
+    try:
+        await caller.connect()
+        call_id = str(caller.session_id)
+        assert call_id.startswith("n0.")
+        stats = f"/v1/rtc/sessions/{call_id}"
+        assert await call("GET", fleet.n1.url + stats, caller.view_token) == 200
+        await player.play(fleet.n1, call_id, viewing(caller))  # n0 answers, through n1
+        assert player.location.startswith(fleet.n1.url)  # the viewer's resource, as the client reached it
+        question = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hello?"}]}
+        caller.send({"type": "conversation.item.create", "item": question})
+        caller.send({"type": "response.create"})
+        assert player.audio is not None
+        recorder = player.audio
+        await wait_until(lambda: any(frame.rms >= recorder.SILENCE_RMS for frame in recorder.frames), timeout=20)
+        hang_up = f"{fleet.n1.url}/v1/realtime/calls/{call_id}/hangup"
+        assert await call("POST", hang_up, caller.view_token) == 403  # a viewer cannot end it
+        assert await call("POST", hang_up, caller.session_token) == 200
+        assert await call("GET", fleet.n0.url + stats, caller.view_token) == 404
+    finally:
+        await player.close()
+        await caller.close()
+    for served in fleet.gateways:  # the secret is in no log line
+        assert CLUSTER_KEY not in served.log.read_text()
+
+
+@pytest.mark.media
+async def test_a_key_minted_on_one_gateway_opens_one_session_through_the_other(fleet: Fleet2) -> None:
+    key = await mint_key(fleet.n0.url, "Minted on n0.")
+    assert key.startswith("ek_n0.")
+    assert await open_realtime(fleet.n1.url, key) == "session.created: Minted on n0."
+    assert await open_realtime(fleet.n1.url, key) == 401
+    assert await open_realtime(fleet.n0.url, key) == 401
+
+
+@pytest.mark.media
+async def test_a_request_not_signed_with_the_cluster_key_is_refused_and_goes_nowhere(fleet: Fleet2) -> None:
+    stranger = fleet.start("n2", f"n0={fleet.n0.url}", key=secrets.token_hex(32))  # another fleet's key
+    caller = realtime_call(fleet.n0.url)
+    try:
+        await caller.connect()
+        session = f"/v1/rtc/sessions/{caller.session_id}"
+        assert await call("DELETE", stranger.url + session, caller.session_token) == 403  # refused by n0
+        forged = {SIGNATURE_HEADER: f"n0 {int(time.time())} not-a-signature"}
+        assert await call("DELETE", fleet.n1.url + session, caller.session_token, forged) == 403  # by n1
+        assert await call("GET", fleet.n0.url + session, caller.view_token) == 200  # the call goes on
+        assert fleet.n0.log.read_text().count("refused DELETE") == 1
+        assert fleet.n1.log.read_text().count("refused DELETE") == 1
+        # Signed with the right key, a request is never forwarded again: n1 does not pass it to n0.
+        fleet_key = Fleet.of(load_settings(environ={"RTC_OMNI_NODE_ID": "n2", "RTC_OMNI_CLUSTER_KEY": CLUSTER_KEY}))
+        assert fleet_key is not None and fleet_key.request_key is not None
+        signed = {SIGNATURE_HEADER: signature(fleet_key.request_key, "n2", "DELETE", session)}
+        assert await call("DELETE", fleet.n1.url + session, caller.session_token, signed) == 404
+        assert await call("GET", fleet.n0.url + session, caller.view_token) == 200
+        deletes = re.findall(rf'"DELETE {re.escape(session)} HTTP/1.1" (\d+)', fleet.n0.log.read_text())
+        assert deletes == ["403"]  # n0 saw n2's, and refused it; neither n1's refusals nor its 404
+    finally:
+        await caller.close()
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"RTC_OMNI_NODE_ID": "w1"}, "--node-id (RTC_OMNI_NODE_ID): a lower-case letter"),
+        ({"RTC_OMNI_NODE_ID": "n0", "RTC_OMNI_PEER": "n1=http://10.0.0.2:8080"}, "--peer needs --node-id"),
+        ({"RTC_OMNI_PEER": "n1:8080"}, "'n1:8080' is not NODE=http://HOST:PORT"),
+        ({"RTC_OMNI_CLUSTER_KEY": "short-secret"}, "--cluster-key must be at least 32 characters"),
+    ],
+)
+def test_unusable_fleet_settings_are_refused_with_the_reason(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=re.escape(message)) as raised:
+        load_settings(environ=environ)
+    assert "short-secret" not in str(raised.value)
+
+
+def test_every_gateway_can_be_given_the_same_peer_list() -> None:
+    peers = "n0=http://gw0.internal:8080,n1=http://gw1.internal:8080/"
+    settings = load_settings(
+        environ={"RTC_OMNI_NODE_ID": "n1", "RTC_OMNI_PEER": peers, "RTC_OMNI_CLUSTER_KEY": CLUSTER_KEY}
+    )
+    assert settings.peers == {"n0": "http://gw0.internal:8080"}
