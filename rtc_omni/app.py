@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -13,13 +14,14 @@ from aiohttp import web
 from . import patches
 from .allocations import AllocationReport
 from .config import Settings
+from .drain import DRAIN_SIGNAL, Drain
 from .engines import Engines, create_engines
 from .fleet import Fleet
 from .heap import ClosedSessionCollector, freeze_startup_heap
 from .metrics import get_metrics, watch_sessions
 from .sessions.recordings import RecordingStore
 from .sessions.registry import SessionRegistry
-from .signaling import client_secrets, ice, offer, realtime_calls, websocket, whep, whip
+from .signaling import admin, client_secrets, ice, offer, realtime_calls, websocket, whep, whip
 from .signaling.capabilities import (
     SESSION_TOKENS,
     RedactingAccessLogger,
@@ -27,7 +29,7 @@ from .signaling.capabilities import (
     checks_its_own_access,
     server_token_auth,
 )
-from .signaling.keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
+from .signaling.keys import DRAIN, ENGINES, RECORDINGS, REGISTRY, SETTINGS
 from .signaling.limits import ConnectionLimit, cors_allow_list, session_rate_limit, text_body
 from .workers import Worker
 from .workers.forwarding import REDEEM_PATH, OwnerRouting, forwarded_client_address, session_id_prefix
@@ -41,12 +43,14 @@ STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 
 
 async def healthz(request: web.Request) -> web.Response:
-    """200 while every served kind works; 503 with the reason once an engine broke for good."""
+    """200 while every served kind works; 503 with the reason once an engine broke for good, or while
+    the server drains (drain.py), so that a load balancer sends new clients elsewhere."""
     settings = request.app[SETTINGS]
     engines = request.app[ENGINES]
     problem = await engines.health()
+    draining = request.app[DRAIN].draining
     body: dict[str, object] = {
-        "status": "ok" if problem is None else "unhealthy",
+        "status": "draining" if draining else "ok" if problem is None else "unhealthy",
         "engine": settings.engine,
         "model": settings.model,
         "kinds": engines.kinds,
@@ -54,7 +58,7 @@ async def healthz(request: web.Request) -> web.Response:
     }
     if problem is not None:
         body["detail"] = problem
-    return web.json_response(body, status=200 if problem is None else 503)
+    return web.json_response(body, status=200 if problem is None and not draining else 503)
 
 
 async def index(request: web.Request) -> web.FileResponse:
@@ -132,6 +136,7 @@ def create_app(settings: Settings, engines: Engines | None = None, worker: Worke
         app.on_startup.append(_start_engines)
     slots = None if worker is None else worker.slots
     app[REGISTRY] = SessionRegistry(settings.max_sessions, slots, id_prefix, ClosedSessionCollector().session_closed)
+    app[DRAIN] = Drain(app[REGISTRY], settings.drain_timeout, None if worker is None else os.getppid())
     app[RECORDINGS] = RecordingStore(settings.recording_dir, settings.max_recordings, settings.max_recording_bytes)
     watch_sessions(app[REGISTRY])
     app.router.add_get("/healthz", healthz)
@@ -144,6 +149,7 @@ def create_app(settings: Settings, engines: Engines | None = None, worker: Worke
     websocket.add_routes(app)
     realtime_calls.add_routes(app)
     client_secrets.add_routes(app, keys)
+    admin.add_routes(app)
     app.router.add_get("/v1/ice-servers", ice.get_ice_servers)
     app.on_shutdown.append(_close_sessions)
     app.on_cleanup.append(_close_engines)
@@ -157,15 +163,25 @@ def create_app(settings: Settings, engines: Engines | None = None, worker: Worke
 SHUTDOWN_TIMEOUT_S = 10.0
 
 
+async def _until_stopped(stop: asyncio.Event, drain: Drain) -> None:
+    """Wait for SIGINT or SIGTERM (`stop`), or for the end of a drain."""
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(drain.over())]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
 async def serve(
     app: web.Application,
     settings: Settings,
     on_listening: Callable[[int], None] | None = None,
     worker: Worker | None = None,
 ) -> None:
-    """Serve `app` on --host/--port until SIGINT or SIGTERM, then shut down gracefully (SIGUSR1 logs the
-    top allocation sites: allocations.py); `on_listening` gets the bound port once the engines are up
-    and the server listens (the CLI's ready banner).
+    """Serve `app` on --host/--port until SIGINT or SIGTERM, or the end of a drain (SIGUSR2: drain.py), then
+    shut down gracefully (SIGUSR1 logs the top allocation sites: allocations.py); `on_listening` gets the
+    bound port once the engines are up and the server listens (the CLI's ready banner).
     A `worker` shares the port with its siblings (SO_REUSEPORT) and also listens on its private
     Unix socket for the requests they forward to it (workers/forwarding.py).
 
@@ -181,6 +197,7 @@ async def serve(
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, AllocationReport().log_soon)  # the leak hunter's probe
+    loop.add_signal_handler(DRAIN_SIGNAL, app[DRAIN].start)
     limited = ConnectionLimit(runner.server, settings.max_connections_per_client)
     listeners: list[asyncio.Server] = []
     try:
@@ -192,7 +209,7 @@ async def serve(
             listeners.append(await loop.create_unix_server(runner.server, str(worker.socket_path(worker.index))))
         if on_listening is not None:
             on_listening(listeners[0].sockets[0].getsockname()[1])
-        await stop.wait()
+        await _until_stopped(stop, app[DRAIN])
     finally:
         for listener in listeners:
             listener.close()

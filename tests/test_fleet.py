@@ -1,21 +1,27 @@
 """A fleet of gateways: two `rtc-omni serve` processes on 127.0.0.1 with their own node ids and one
 cluster key. A request for one gateway's session or key, sent to the other, reaches its owner; a
-request signed with another key, or forged by a client, is refused and goes nowhere."""
+request signed with another key, or forged by a client, is refused and goes nowhere. A draining
+gateway refuses new sessions while its live ones finish, then exits 0."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import secrets
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
+from aiortc import RTCPeerConnection
 
 from rtc_omni.client.rtc_peers import RealtimeClient
 from rtc_omni.config import SettingsError, load_settings
 from rtc_omni.fleet import Fleet
 from rtc_omni.fleet.signatures import SIGNATURE_HEADER, signature
+from rtc_omni.signaling.ice import rtc_configuration
 
 from .serve_process import Served, call, mint_key, open_realtime, start_serve
 from .waiting import wait_until
@@ -119,6 +125,95 @@ async def test_a_request_not_signed_with_the_cluster_key_is_refused_and_goes_now
         assert deletes == ["403"]  # n0 saw n2's, and refused it; neither n1's refusals nor its 404
     finally:
         await caller.close()
+
+
+async def health(url: str) -> tuple[int, str]:
+    """GET /healthz: its status code and `status`."""
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/healthz") as response:
+        return response.status, str((await response.json())["status"])
+
+
+async def health_becomes(url: str, expected: tuple[int, str]) -> bool:
+    """Whether /healthz answers `expected` within 5 s (a signal is handled at once, but not before the call)."""
+    for _ in range(100):
+        if await health(url) == expected:
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def offer_a_call(url: str) -> tuple[int, str | None]:
+    """POST /v1/realtime/calls with an aiortc offer: the status and Retry-After of the answer."""
+    pc = RTCPeerConnection(rtc_configuration([]))
+    try:
+        pc.addTransceiver("audio")
+        await pc.setLocalDescription(await pc.createOffer())
+        sdp = {"Content-Type": "application/sdp"}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{url}/v1/realtime/calls", data=pc.localDescription.sdp, headers=sdp) as answer:
+                return answer.status, answer.headers.get("Retry-After")
+    finally:
+        await pc.close()
+
+
+async def answered(caller: RealtimeClient, question: str) -> str:
+    """Ask a text question on the call: the answer's status."""
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": question}]}
+    caller.send({"type": "conversation.item.create", "item": item})
+    mark = len(caller.events)
+    caller.send({"type": "response.create", "response": {"output_modalities": ["text"]}})
+    return str((await caller.wait_event("response.done", after=mark, timeout=20))["response"]["status"])
+
+
+@pytest.mark.media
+async def test_a_draining_gateway_refuses_new_sessions_while_a_live_call_finishes_then_exits_0(fleet: Fleet2) -> None:
+    caller = realtime_call(fleet.n0.url)
+    try:
+        await caller.connect()
+        fleet.n0.process.send_signal(signal.SIGUSR2)
+        assert await health_becomes(fleet.n0.url, (503, "draining"))
+        assert await offer_a_call(fleet.n0.url) == (503, "5")
+        assert await health(fleet.n1.url) == (200, "ok")  # the rest of the fleet takes the new calls
+        assert await answered(caller, "Still there?") == "completed"  # the live call goes on
+        stats = f"/v1/rtc/sessions/{caller.session_id}"
+        assert await call("GET", fleet.n1.url + stats, caller.view_token) == 200  # reached through n1 too
+        assert fleet.n0.process.poll() is None
+        hang_up = f"{fleet.n1.url}/v1/realtime/calls/{caller.session_id}/hangup"
+        assert await call("POST", hang_up, caller.session_token) == 200
+        assert fleet.n0.process.wait(timeout=20) == 0  # its last call ended: it exits
+    finally:
+        await caller.close()
+    log = fleet.n0.log.read_text()
+    assert "draining: refusing new sessions; exiting once the 1 open end" in log
+    assert "drained: every session ended" in log
+
+
+@pytest.mark.media
+async def test_the_admin_endpoint_drains_a_server_that_has_a_token_and_the_drain_timeout_bounds_it(
+    tmp_path: Path,
+) -> None:
+    served = start_serve(tmp_path, "--auth-token", "s3cret", "--drain-timeout", "1")
+    caller = RealtimeClient(served.url, video=None, audio=None, receive_audio=False, token="s3cret")
+    try:
+        await caller.connect()
+        drain = f"{served.url}/v1/admin/drain"
+        assert await call("POST", drain, None) == 401
+        assert await call("POST", drain, caller.session_token) == 401  # a session's token opens no admin route
+        assert await call("POST", drain, "s3cret") == 202
+        assert served.process.wait(timeout=20) == 0  # the call did not end: closed after 1 s
+        assert "drain timeout: closing the 1 sessions still open" in served.log.read_text()
+    finally:
+        await caller.close()
+        if served.process.poll() is None:
+            served.process.kill()
+            served.process.wait()
+    open_server = start_serve(tmp_path, name="open")
+    try:
+        assert await call("POST", f"{open_server.url}/v1/admin/drain", None) == 403
+        assert await health(open_server.url) == (200, "ok")
+    finally:
+        open_server.process.kill()
+        open_server.process.wait()
 
 
 @pytest.mark.parametrize(

@@ -286,6 +286,45 @@ async def test_a_killed_worker_ends_only_its_own_sessions_and_is_back_within_5_s
 
 
 @pytest.mark.media
+async def test_a_drain_lets_every_workers_calls_finish_then_the_server_exits_0(served: Served) -> None:
+    calls = [await session_on(served.url, worker, lambda: realtime_call(served.url)) for worker in ("w0", "w1")]
+    try:
+        served.process.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + 5
+        while await healthz_status(served.url) != 503:  # on either worker
+            assert time.monotonic() < deadline, "still healthy 5 s after SIGUSR2"
+            await asyncio.sleep(0.05)
+        for _ in range(ROUNDS):  # wherever it lands, a new session is refused
+            refused = realtime_call(served.url)
+            with pytest.raises(SignalingError) as raised:
+                await refused.connect()
+            await refused.close()
+            assert raised.value.status == 503
+        for live in calls:  # the calls go on, and end when their callers hang up
+            question = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Still on?"}]}
+            live.send({"type": "conversation.item.create", "item": question})
+            mark = len(live.events)
+            live.send({"type": "response.create", "response": {"output_modalities": ["text"]}})
+            assert (await live.wait_event("response.done", after=mark, timeout=20))["response"]["status"] == "completed"
+            assert served.process.poll() is None
+            hang_up = f"{served.url}/v1/realtime/calls/{live.session_id}/hangup"
+            assert await call("POST", hang_up, live.session_token) == 200
+        assert served.process.wait(timeout=20) == 0
+    finally:
+        await asyncio.gather(*(live.close() for live in calls))
+    log = served.log.read_text()
+    assert "SIGUSR2: draining 2 workers" in log and "every worker drained; exiting" in log
+    assert "restarting" not in log
+
+
+async def healthz_status(url: str) -> int:
+    """GET /healthz on a new connection: its status code."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
+        async with http.get(f"{url}/healthz") as response:
+            return response.status
+
+
+@pytest.mark.media
 async def test_the_places_of_a_killed_workers_sessions_are_freed(tmp_path: Path) -> None:
     server = start_workers(tmp_path, "--max-sessions", "2")
     clients = [UnderstandClient(server.url, video=None, audio=None) for _ in range(2)]
