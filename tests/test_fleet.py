@@ -33,14 +33,13 @@ CLUSTER_KEY = secrets.token_hex(32)
 class Fleet2:
     """Gateway n0, and gateway n1 that lists n0 as its peer."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, *n0_flags: str) -> None:
         self.tmp_path = tmp_path
         self.gateways: list[Served] = []
-        self.n0 = self.start("n0")
-        self.n1 = self.start("n1", f"n0={self.n0.url}")
+        self.n0 = self.start("n0", *n0_flags)
+        self.n1 = self.start("n1", "--peer", f"n0={self.n0.url}")
 
-    def start(self, node: str, *peers: str, key: str = CLUSTER_KEY) -> Served:
-        flags = [flag for peer in peers for flag in ("--peer", peer)]
+    def start(self, node: str, *flags: str, key: str = CLUSTER_KEY) -> Served:
         served = start_serve(self.tmp_path, "--node-id", node, "--cluster-key", key, *flags, name=node)
         self.gateways.append(served)
         return served
@@ -104,7 +103,7 @@ async def test_a_key_minted_on_one_gateway_opens_one_session_through_the_other(f
 
 @pytest.mark.media
 async def test_a_request_not_signed_with_the_cluster_key_is_refused_and_goes_nowhere(fleet: Fleet2) -> None:
-    stranger = fleet.start("n2", f"n0={fleet.n0.url}", key=secrets.token_hex(32))  # another fleet's key
+    stranger = fleet.start("n2", "--peer", f"n0={fleet.n0.url}", key=secrets.token_hex(32))  # another fleet's key
     caller = realtime_call(fleet.n0.url)
     try:
         await caller.connect()
@@ -125,6 +124,33 @@ async def test_a_request_not_signed_with_the_cluster_key_is_refused_and_goes_now
         assert deletes == ["403"]  # n0 saw n2's, and refused it; neither n1's refusals nor its 404
     finally:
         await caller.close()
+
+
+@pytest.mark.media
+async def test_a_peer_reaches_every_worker_of_a_gateway_for_its_calls_and_keys(tmp_path: Path) -> None:
+    fleet = Fleet2(tmp_path, "--workers", "2")  # n1 reaches n0 on any worker, which passes it on to the owner
+    calls: list[RealtimeClient] = []
+    try:
+        while {str(c.session_id)[:6] for c in calls} != {"n0.w0.", "n0.w1."}:
+            assert len(calls) < 16, "every call went to one worker"
+            calls.append(realtime_call(fleet.n0.url))
+            await calls[-1].connect()
+        keys: list[str] = []
+        while {key[:9] for key in keys} != {"ek_n0.w0.", "ek_n0.w1."}:
+            assert len(keys) < 16, f"every key came from one worker: {keys}"
+            keys.append(await mint_key(fleet.n0.url, f"Key {len(keys)}."))
+        for number, key in enumerate(keys):
+            assert await open_realtime(fleet.n1.url, key) == f"session.created: Key {number}."
+            assert await open_realtime(fleet.n1.url, key) == 401
+        for live in calls:
+            stats = f"{fleet.n1.url}/v1/rtc/sessions/{live.session_id}"
+            assert [await call("GET", stats, live.view_token) for _ in range(4)] == [200] * 4
+            hang_up = f"{fleet.n1.url}/v1/realtime/calls/{live.session_id}/hangup"
+            assert await call("POST", hang_up, live.session_token) == 200
+            assert await call("GET", stats, live.view_token) == 404
+    finally:
+        await asyncio.gather(*(live.close() for live in calls))
+        fleet.stop()
 
 
 async def health(url: str) -> tuple[int, str]:
