@@ -9,6 +9,8 @@ import asyncio
 import re
 import secrets
 import signal
+import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,20 +26,20 @@ from rtc_omni.fleet.signatures import SIGNATURE_HEADER, signature
 from rtc_omni.signaling.ice import rtc_configuration
 
 from .serve_process import Served, call, mint_key, open_realtime, start_serve
+from .tools import require_tool
 from .waiting import wait_until
 from .whep_player import WhepPlayer, viewing
 
 CLUSTER_KEY = secrets.token_hex(32)
+HAPROXY_CONFIG = Path(__file__).resolve().parent.parent / "loadbalancer" / "haproxy.cfg"
 
 
-class Fleet2:
-    """Gateway n0, and gateway n1 that lists n0 as its peer."""
+class Gateways:
+    """Gateways of one fleet on 127.0.0.1, started one by one, each with its log `NODE.log`."""
 
-    def __init__(self, tmp_path: Path, *n0_flags: str) -> None:
+    def __init__(self, tmp_path: Path) -> None:
         self.tmp_path = tmp_path
         self.gateways: list[Served] = []
-        self.n0 = self.start("n0", *n0_flags)
-        self.n1 = self.start("n1", "--peer", f"n0={self.n0.url}")
 
     def start(self, node: str, *flags: str, key: str = CLUSTER_KEY) -> Served:
         served = start_serve(self.tmp_path, "--node-id", node, "--cluster-key", key, *flags, name=node)
@@ -49,6 +51,15 @@ class Fleet2:
             if served.process.poll() is None:
                 served.process.kill()
                 served.process.wait()
+
+
+class Fleet2(Gateways):
+    """Gateway n0, and gateway n1 that lists n0 as its peer."""
+
+    def __init__(self, tmp_path: Path, *n0_flags: str) -> None:
+        super().__init__(tmp_path)
+        self.n0 = self.start("n0", *n0_flags)
+        self.n1 = self.start("n1", "--peer", f"n0={self.n0.url}")
 
 
 @pytest.fixture
@@ -160,10 +171,14 @@ async def health(url: str) -> tuple[int, str]:
 
 
 async def health_becomes(url: str, expected: tuple[int, str]) -> bool:
-    """Whether /healthz answers `expected` within 5 s (a signal is handled at once, but not before the call)."""
+    """Whether /healthz answers `expected` within 5 s (a signal is handled at once, but not before the
+    call; a balancer just started may not listen yet)."""
     for _ in range(100):
-        if await health(url) == expected:
-            return True
+        try:
+            if await health(url) == expected:
+                return True
+        except aiohttp.ClientConnectionError:
+            pass
         await asyncio.sleep(0.05)
     return False
 
@@ -263,3 +278,57 @@ def test_every_gateway_can_be_given_the_same_peer_list() -> None:
         environ={"RTC_OMNI_NODE_ID": "n1", "RTC_OMNI_PEER": peers, "RTC_OMNI_CLUSTER_KEY": CLUSTER_KEY}
     )
     assert settings.peers == {"n0": "http://gw0.internal:8080"}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def haproxy_config(port: int, gateways: dict[str, int]) -> str:
+    """loadbalancer/haproxy.cfg, listening on 127.0.0.1:`port` without TLS, in front of `gateways` on loopback."""
+    text = re.sub(r"^(\s*)bind .*$", rf"\1bind 127.0.0.1:{port}", HAPROXY_CONFIG.read_text(), flags=re.M)
+    for node, gateway_port in gateways.items():
+        text, found = re.subn(rf"^(\s*server {node}) \S+", rf"\1 127.0.0.1:{gateway_port}", text, flags=re.M)
+        assert found == 1, node
+    return text
+
+
+@pytest.mark.media
+async def test_behind_haproxy_every_call_is_served_and_a_draining_gateway_cuts_none(tmp_path: Path) -> None:
+    haproxy = require_tool("haproxy", "apt-get install haproxy")
+    ports = {"n0": free_port(), "n1": free_port()}
+    fleet = Gateways(tmp_path)
+    served = {
+        node: fleet.start(node, "--port", str(ports[node]), "--peer", f"{peer}=http://127.0.0.1:{ports[peer]}")
+        for node, peer in (("n0", "n1"), ("n1", "n0"))
+    }
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(haproxy_config(lb_port := free_port(), ports))
+    balancer = subprocess.Popen([haproxy, "-db", "-f", str(config)], stderr=(tmp_path / "haproxy.log").open("w"))
+    lb = f"http://127.0.0.1:{lb_port}"
+    calls: list[RealtimeClient] = []
+    try:
+        assert await health_becomes(lb, (200, "ok"))
+        calls.append(realtime_call(lb))
+        await calls[0].connect()
+        live = calls[0]
+        stats = f"{lb}/v1/rtc/sessions/{live.session_id}"
+        assert [await call("GET", stats, live.view_token) for _ in range(8)] == [200] * 8  # on either gateway
+        owner = str(live.session_id)[:2]
+        other, draining = "n1" if owner == "n0" else "n0", served[owner]
+        draining.process.send_signal(signal.SIGUSR2)
+        assert await health_becomes(draining.url, (503, "draining"))
+        for _ in range(4):  # the balancer sends new calls to the other gateway only (or retries a 503 there)
+            calls.append(realtime_call(lb))
+            await calls[-1].connect()
+            assert str(calls[-1].session_id).startswith(f"{other}.")
+        assert await answered(live, "Still there?") == "completed"  # the live call goes on
+        assert await call("POST", f"{lb}/v1/realtime/calls/{live.session_id}/hangup", live.session_token) == 200
+        assert draining.process.wait(timeout=20) == 0
+    finally:
+        await asyncio.gather(*(c.close() for c in calls))
+        balancer.terminate()
+        balancer.wait(timeout=10)
+        fleet.stop()
