@@ -211,9 +211,12 @@ async def test_a_draining_gateway_refuses_new_sessions_while_a_live_call_finishe
     caller = realtime_call(fleet.n0.url)
     try:
         await caller.connect()
+        key = await mint_key(fleet.n0.url, "Minted before the drain.")
         fleet.n0.process.send_signal(signal.SIGUSR2)
         assert await health_becomes(fleet.n0.url, (503, "draining"))
         assert await offer_a_call(fleet.n0.url) == (503, "5")
+        assert await call("POST", f"{fleet.n0.url}/v1/realtime/client_secrets", None) == 503
+        assert await open_realtime(fleet.n1.url, key) == "session.created: Minted before the drain."
         assert await health(fleet.n1.url) == (200, "ok")  # the rest of the fleet takes the new calls
         assert await answered(caller, "Still there?") == "completed"  # the live call goes on
         stats = f"/v1/rtc/sessions/{caller.session_id}"
