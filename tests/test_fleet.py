@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 from aiortc import RTCPeerConnection
 
-from rtc_omni.client.rtc_peers import RealtimeClient
+from rtc_omni.client.rtc_peers import RealtimeClient, UnderstandClient
 from rtc_omni.config import SettingsError, load_settings
 from rtc_omni.fleet import Fleet
 from rtc_omni.fleet.signatures import SIGNATURE_HEADER, signature
@@ -101,6 +101,21 @@ async def test_a_call_made_on_one_gateway_is_watched_and_hung_up_through_the_oth
         await caller.close()
     for served in fleet.gateways:  # the secret is in no log line
         assert CLUSTER_KEY not in served.log.read_text()
+
+
+@pytest.mark.media
+async def test_a_controller_attaches_through_the_other_gateway(fleet: Fleet2) -> None:
+    session = UnderstandClient(fleet.n0.url, video=None, audio=None)
+    await session.connect()
+    controller = UnderstandClient(fleet.n1.url, video=None, audio=None, token=session.session_token)
+    try:
+        await controller.connect(kind="control", session_id=session.session_id)  # the id is in the offer's body
+        controller.send("{broken")  # answered by n0's session, on the controller's own channel
+        assert controller.session_id == session.session_id
+        assert (await controller.wait_event("error"))["message"] == "Invalid JSON in session.config"
+    finally:
+        await controller.close()
+        await session.close()
 
 
 @pytest.mark.media
