@@ -10,7 +10,9 @@ and a microphone, asking a question (a text item and `response.create`) every --
 Printed per path:
   - `response.create` -> the first voiced talker frame the peer decodes (p50/p95);
   - the talker audio per response (the fakes' answers differ in length; CPU follows it);
-  - the gateway's CPU-seconds per second per call, with 1 call and with --calls calls.
+  - the gateway's CPU-seconds per second per call, with 1 call and with --calls calls;
+  - on /v1/realtime, `response.cancel` sent by the peer -> the upstream's handler has it (its record's
+    time.monotonic(), one clock for every process on the machine), cancelled half a second into speech.
 
 Usage: python benchmarks/realtime_upstream.py [--turns 8] [--calls 8] [--seconds 20]
 Run it inside a loopback-only network namespace, like the tests.
@@ -25,6 +27,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from aiortc import RTCPeerConnection, RTCSessionDescription
@@ -84,6 +87,20 @@ class BenchCall:
         first = next(f.at for f in recorder.frames if f.at >= sent and f.rms >= recorder.SILENCE_RMS)
         return first - sent, recorder.voiced_frames(since=sent) * 0.02
 
+    async def cancel_after_speech(self) -> float:
+        """A response cancelled half a second into its speech; when the cancel was sent."""
+        self.channel.send(json.dumps(QUESTION))
+        sent = time.monotonic()
+        self.channel.send(json.dumps({"type": "response.create"}))
+        async with asyncio.timeout(TIMEOUT_S):
+            while self.recorders[0].voiced_frames(since=sent) < 25:
+                await asyncio.sleep(0.005)
+            cancelled = time.monotonic()
+            self.channel.send(json.dumps({"type": "response.cancel"}))
+            while (await self.events.get())["type"] != "response.done":
+                pass
+        return cancelled
+
     async def close(self) -> None:
         for recorder in self.recorders:
             await recorder.stop()
@@ -93,6 +110,7 @@ class BenchCall:
 @dataclass
 class Figures:
     first_audio_s: list[float] = field(default_factory=list)
+    cancel_s: list[float] = field(default_factory=list)
     speech_s: list[float] = field(default_factory=list)
     cpu_one: float = 0.0  # gateway CPU-s/s with one call
     cpu_many: float = 0.0  # gateway CPU-s/s with --calls calls
@@ -107,6 +125,24 @@ async def latencies(url: str, turns: int, figures: Figures) -> None:
             figures.first_audio_s.append(first)
             figures.speech_s.append(speech)
             await asyncio.sleep(0.5)
+    finally:
+        await call.close()
+
+
+def cancels_since(sent: float, record: dict[str, list[Any]]) -> list[float]:
+    """When the upstream had each `response.cancel` that came after `sent`."""
+    return [c["t"] for c in record["commands"] if c["type"] == "CancelResponse" and c["t"] > sent]
+
+
+async def cancels(url: str, upstream: Genuine, trials: int, figures: Figures) -> None:
+    call = BenchCall()
+    await call.connect(url)
+    try:
+        for _ in range(trials):
+            sent = await call.cancel_after_speech()
+            arrived = partial(cancels_since, sent)
+            figures.cancel_s.append(arrived(await upstream.wait_record(arrived, TIMEOUT_S))[0] - sent)
+            await asyncio.sleep(1.0)
     finally:
         await call.close()
 
@@ -138,11 +174,13 @@ async def cpu_per_second(url: str, pid: int, calls: int, seconds: float, every: 
             await peer.close()
 
 
-async def measure(upstream: str, protocol: str, args: argparse.Namespace) -> Figures:
-    gateway, url = start_server(["--engine", "remote", "--upstream", upstream, "--upstream-protocol", protocol])
+async def measure(upstream: Genuine, protocol: str, args: argparse.Namespace) -> Figures:
+    gateway, url = start_server(["--engine", "remote", "--upstream", upstream.url, "--upstream-protocol", protocol])
     figures = Figures()
     try:
         await latencies(url, args.turns, figures)
+        if protocol == "realtime":
+            await cancels(url, upstream, args.turns, figures)
         figures.cpu_one = await cpu_per_second(url, gateway.pid, 1, args.seconds, args.every)
         figures.cpu_many = await cpu_per_second(url, gateway.pid, args.calls, args.seconds, args.every)
     finally:
@@ -161,11 +199,21 @@ async def main() -> None:
 
     patches.apply()  # the headless peers gather on 127.0.0.1 only
     delay = str(args.first_audio_delay)
-    duplex = Genuine("--kind", "realtime", "--max-sessions", str(2 * args.calls), "--first-audio-delay", delay)
+    # Speech generated in real time (a 0.2 s chunk every 0.2 s): a cancel finds the answer still running.
+    duplex = Genuine(
+        "--kind",
+        "realtime",
+        "--max-sessions",
+        str(2 * args.calls),
+        "--first-audio-delay",
+        delay,
+        "--chunk-interval",
+        "0.2",
+    )
     older = Genuine("--kind", "understand")
     try:
-        realtime = await measure(duplex.url, "realtime", args)
-        legacy = await measure(older.url, "legacy", args)
+        realtime = await measure(duplex, "realtime", args)
+        legacy = await measure(older, "legacy", args)
     finally:
         duplex.stop()
         older.stop()
@@ -175,6 +223,8 @@ async def main() -> None:
     for name, figures in (("/v1/realtime         ", realtime), ("/v1/video/chat/stream", legacy)):
         print(f"{name} response.create -> first voiced frame: {summary(figures.first_audio_s)}")
         print(f"{name} talker audio per response:        {summary(figures.speech_s)}")
+        if figures.cancel_s:
+            print(f"{name} response.cancel -> at the upstream:  {summary(figures.cancel_s)}")
         print(
             f"{name} gateway CPU-s/s per call: {figures.cpu_one:.3f} (1 call), "
             f"{figures.cpu_many / args.calls:.3f} ({args.calls} calls, {figures.cpu_many:.3f} in all)"

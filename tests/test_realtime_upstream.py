@@ -5,12 +5,18 @@ its own session. vLLM-Omni's genuine duplex handler: tests/test_realtime_upstrea
 
 from __future__ import annotations
 
+import base64
+import json
 import re
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from rtc_omni.sessions.realtime import RealtimeSession
 from rtc_omni.signaling.websocket import WebSocketSession
 
 from .conftest import RunningServer, ServerFactory
+from .genuine import gateway_to
 from .realtime_client import Realtime, add_user_text, append_audio, connect, text_of, tone_pcm24k
 from .test_bridge import gateway
 from .waiting import wait_until
@@ -117,3 +123,45 @@ async def test_a_lost_upstream_session_is_replaced_with_the_conversation_replaye
         assert events[-1]["response"]["status"] == "completed"
         assert earlier_items(events) == 2  # the first question and answer, replayed as text
         assert not [e for e in rt.events if e["type"] == "error"]
+
+
+async def test_an_upstream_that_sends_broken_audio_fails_that_response_and_the_call_goes_on(
+    make_server: ServerFactory,
+) -> None:
+    """A hostile or broken upstream: audio that is not base64 fails its response with the reason; the
+    next response is answered."""
+    answers = iter(["not base64!", base64.b64encode(b"\x00\x10" * 2400).decode()])
+
+    async def upstream(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_json({"type": "session.created", "session": {"id": "sess_1"}})
+        async for message in ws:
+            event = json.loads(message.data)
+            if event["type"] == "session.update":
+                await ws.send_json({"type": "session.updated", "session": {}})
+            elif event["type"] == "conversation.item.create":
+                await ws.send_json({"type": "conversation.item.added", "item": {"id": f"up_{id(event)}"}})
+            elif event["type"] == "response.create":
+                await ws.send_json({"type": "response.output_item.added", "response_id": "r", "item": {"id": "a"}})
+                await ws.send_json({"type": "response.output_audio.delta", "delta": next(answers)})
+                await ws.send_json({"type": "response.done", "response": {"status": "completed"}})
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/v1/realtime", upstream)
+    fake = TestServer(app, host="127.0.0.1", port=0)
+    await fake.start_server()
+    try:
+        server = await gateway_to(make_server, str(fake.make_url("")).rstrip("/").replace("http://", "ws://"))
+        async with connect(server) as rt:
+            await add_user_text(rt, "Hello?")
+            broken = (await rt.respond())[-1]["response"]
+            assert broken["status"] == "failed"
+            assert "the upstream sent audio that is not base64" in broken["status_details"]["error"]["message"]
+            await add_user_text(rt, "Hello again?")
+            events = await rt.respond()
+            assert events[-1]["response"]["status"] == "completed"
+            assert any(e["type"] == "response.output_audio.delta" for e in events)
+    finally:
+        await fake.close()

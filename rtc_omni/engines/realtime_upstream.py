@@ -9,13 +9,14 @@ answer. The answer's audio, transcript and usage come back as engine outputs; no
 upstream's protocol reaches a client.
 
 What the user heard is what the upstream remembers: an answer cut by an interrupt or a client's
-truncation is truncated upstream to the talker's sent milliseconds, and every answer's playback is
-acknowledged (`playback.ack`, which vLLM-Omni waits for before it answers again) with what was heard.
+truncation is truncated upstream to the talker's sent milliseconds (and, on vLLM-Omni, replaced by
+the words heard), and an answer played out whole is acknowledged (`playback.ack`, which vLLM-Omni
+waits for before it answers again).
 
 A dropped socket is resumed (`session.resume` with the token and the last event's sequence number:
 the upstream replays what was missed). When that fails, a new upstream session gets the mirrored
 items again as text, and the next answer says the earlier context was lost (`ContextLost`).
-vLLM-Omni's event shapes: shared/reference/realtime.md and docs/deployment.md.
+docs/deployment.md ("Realtime sessions upstream") has the behaviours this follows.
 """
 
 from __future__ import annotations
