@@ -7,6 +7,7 @@ sessions and is restarted, unless it keeps dying at start. The engine process of
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import json
 import os
@@ -247,9 +248,9 @@ async def session_on(url: str, worker: str, make: Callable[[], ControlClient]) -
     raise AssertionError(f"{MAX_CLIENTS} sessions, none on {worker}")
 
 
-def realtime_call(url: str) -> RealtimeClient:
+def realtime_call(url: str, token: str | None = None) -> RealtimeClient:
     """A realtime call with the events channel only: a text turn needs no media."""
-    return RealtimeClient(url, video=None, audio=None, receive_audio=False)
+    return RealtimeClient(url, video=None, audio=None, receive_audio=False, token=token)
 
 
 @pytest.mark.media
@@ -286,16 +287,19 @@ async def test_a_killed_worker_ends_only_its_own_sessions_and_is_back_within_5_s
 
 
 @pytest.mark.media
-async def test_a_drain_lets_every_workers_calls_finish_then_the_server_exits_0(served: Served) -> None:
-    calls = [await session_on(served.url, worker, lambda: realtime_call(served.url)) for worker in ("w0", "w1")]
+async def test_a_drain_lets_every_workers_calls_finish_then_the_server_exits_0(tmp_path: Path) -> None:
+    served = start_workers(tmp_path, "--auth-token", "s3cret")
+    make = functools.partial(realtime_call, served.url, "s3cret")
+    calls = [await session_on(served.url, worker, make) for worker in ("w0", "w1")]
     try:
-        served.process.send_signal(signal.SIGUSR2)
+        # The worker that takes it passes it to the parent, which drains them all.
+        assert await call("POST", f"{served.url}/v1/admin/drain", "s3cret") == 202
         deadline = time.monotonic() + 5
         while await healthz_status(served.url) != 503:  # on either worker
-            assert time.monotonic() < deadline, "still healthy 5 s after SIGUSR2"
+            assert time.monotonic() < deadline, "still healthy 5 s after the drain began"
             await asyncio.sleep(0.05)
         for _ in range(ROUNDS):  # wherever it lands, a new session is refused
-            refused = realtime_call(served.url)
+            refused = realtime_call(served.url, "s3cret")
             with pytest.raises(SignalingError) as raised:
                 await refused.connect()
             await refused.close()
@@ -312,6 +316,9 @@ async def test_a_drain_lets_every_workers_calls_finish_then_the_server_exits_0(s
         assert served.process.wait(timeout=20) == 0
     finally:
         await asyncio.gather(*(live.close() for live in calls))
+        if served.process.poll() is None:
+            served.process.kill()
+            served.process.wait()
     log = served.log.read_text()
     assert "SIGUSR2: draining 2 workers" in log and "every worker drained; exiting" in log
     assert "restarting" not in log
