@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -13,12 +14,14 @@ from aiohttp import web
 from . import patches
 from .allocations import AllocationReport
 from .config import Settings
+from .drain import DRAIN_SIGNAL, Drain
 from .engines import Engines, create_engines
+from .fleet import Fleet
 from .heap import ClosedSessionCollector, freeze_startup_heap
 from .metrics import get_metrics, watch_sessions
 from .sessions.recordings import RecordingStore
 from .sessions.registry import SessionRegistry
-from .signaling import client_secrets, ice, offer, realtime_calls, websocket, whep, whip
+from .signaling import admin, client_secrets, ice, offer, realtime_calls, websocket, whep, whip
 from .signaling.capabilities import (
     SESSION_TOKENS,
     RedactingAccessLogger,
@@ -26,12 +29,12 @@ from .signaling.capabilities import (
     checks_its_own_access,
     server_token_auth,
 )
-from .signaling.keys import ENGINES, RECORDINGS, REGISTRY, SETTINGS
+from .signaling.keys import DRAIN, ENGINES, RECORDINGS, REGISTRY, SETTINGS
 from .signaling.limits import ConnectionLimit, cors_allow_list, session_rate_limit, text_body
 from .signaling.public_url import TrustedProxies, public_url_middleware
 from .tls import server_ssl_context
 from .workers import Worker
-from .workers.forwarding import REDEEM_PATH, OwnerRouting, sibling_client_address
+from .workers.forwarding import REDEEM_PATH, OwnerRouting, forwarded_client_address, session_id_prefix
 from .workers.shared_port import bind_shared_port
 
 logger = logging.getLogger(__name__)
@@ -42,12 +45,14 @@ STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 
 
 async def healthz(request: web.Request) -> web.Response:
-    """200 while every served kind works; 503 with the reason once an engine broke for good."""
+    """200 while every served kind works; 503 with the reason once an engine broke for good, or while
+    the server drains (drain.py), so that a load balancer sends new clients elsewhere."""
     settings = request.app[SETTINGS]
     engines = request.app[ENGINES]
     problem = await engines.health()
+    draining = request.app[DRAIN].draining
     body: dict[str, object] = {
-        "status": "ok" if problem is None else "unhealthy",
+        "status": "draining" if draining else "ok" if problem is None else "unhealthy",
         "engine": settings.engine,
         "model": settings.model,
         "kinds": engines.kinds,
@@ -55,7 +60,7 @@ async def healthz(request: web.Request) -> web.Response:
     }
     if problem is not None:
         body["detail"] = problem
-    return web.json_response(body, status=200 if problem is None else 503)
+    return web.json_response(body, status=200 if problem is None and not draining else 503)
 
 
 async def index(request: web.Request) -> web.FileResponse:
@@ -98,17 +103,19 @@ async def _start_engines(app: web.Application) -> None:
 
 def create_app(settings: Settings, engines: Engines | None = None, worker: Worker | None = None) -> web.Application:
     """Build the server. `engines` overrides the ones the settings name (tests pass their own);
-    `worker`: this process is one of `--workers N` (workers/)."""
+    `worker`: this process is one of `--workers N` (workers/); with --node-id it is a node of a fleet (fleet/)."""
     patches.apply(None if settings.gather_all_interfaces else settings.ice_address, settings.ice_ports)
-    middlewares = [] if worker is None else [sibling_client_address()]
+    fleet = Fleet.of(settings)
+    middlewares = [] if worker is None and fleet is None else [forwarded_client_address(fleet)]
     if settings.trusted_proxy:  # before anything that reads the request's URL
         middlewares.append(public_url_middleware(TrustedProxies(settings.trusted_proxy)))
     if settings.cors_origin:
         middlewares.append(cors_allow_list(settings.cors_origin))
     if settings.session_rate_limit:  # before the keys: a refused request does not use up its ephemeral key
         middlewares.append(session_rate_limit(settings.session_rate_limit))
-    keys = client_secrets.EphemeralKeys(owner_prefix="" if worker is None else worker.session_id_prefix)
-    routing = None if worker is None else OwnerRouting(worker, keys)
+    id_prefix = session_id_prefix(worker, fleet)
+    keys = client_secrets.EphemeralKeys(owner_prefix=id_prefix)
+    routing = None if worker is None and fleet is None else OwnerRouting(keys, worker, fleet)
     middlewares.append(client_secrets.ephemeral_auth(client_secrets.OwnKeys(keys) if routing is None else routing))
     if settings.auth_token:
         middlewares.append(server_token_auth())
@@ -123,12 +130,17 @@ def create_app(settings: Settings, engines: Engines | None = None, worker: Worke
         handler_args={"keepalive_timeout": settings.http_idle_timeout},
     )
     app[SETTINGS] = settings
-    app[SESSION_TOKENS] = SessionTokens(None if worker is None else worker.token_key)
+    # One key for every process that may check a token: the fleet's, else the workers' (None: drawn here).
+    token_key = fleet.token_key if fleet is not None else None
+    if token_key is None and worker is not None:
+        token_key = worker.token_key
+    app[SESSION_TOKENS] = SessionTokens(token_key)
     app[ENGINES] = engines if engines is not None else Engines()
     if engines is None:
         app.on_startup.append(_start_engines)
-    slots, id_prefix = (None, "") if worker is None else (worker.slots, worker.session_id_prefix)
+    slots = None if worker is None else worker.slots
     app[REGISTRY] = SessionRegistry(settings.max_sessions, slots, id_prefix, ClosedSessionCollector().session_closed)
+    app[DRAIN] = Drain(app[REGISTRY], settings.drain_timeout, None if worker is None else os.getppid())
     app[RECORDINGS] = RecordingStore(settings.recording_dir, settings.max_recordings, settings.max_recording_bytes)
     watch_sessions(app[REGISTRY])
     app.router.add_get("/healthz", healthz)
@@ -141,17 +153,28 @@ def create_app(settings: Settings, engines: Engines | None = None, worker: Worke
     websocket.add_routes(app)
     realtime_calls.add_routes(app)
     client_secrets.add_routes(app, keys)
+    admin.add_routes(app)
     app.router.add_get("/v1/ice-servers", ice.get_ice_servers)
     app.on_shutdown.append(_close_sessions)
     app.on_cleanup.append(_close_engines)
     if routing is not None:
-        app.router.add_post(REDEEM_PATH, checks_its_own_access(routing.redeem_for_sibling))
-        app.router.add_put(REDEEM_PATH, checks_its_own_access(routing.give_back_for_sibling))
+        app.router.add_post(REDEEM_PATH, checks_its_own_access(routing.redeem_for_owner))
+        app.router.add_put(REDEEM_PATH, checks_its_own_access(routing.give_back_for_owner))
         app.on_cleanup.append(routing.close)
     return app
 
 
 SHUTDOWN_TIMEOUT_S = 10.0
+
+
+async def _until_stopped(stop: asyncio.Event, drain: Drain) -> None:
+    """Wait for SIGINT or SIGTERM (`stop`), or for the end of a drain."""
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(drain.over())]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 async def serve(
@@ -160,9 +183,10 @@ async def serve(
     on_listening: Callable[[int], None] | None = None,
     worker: Worker | None = None,
 ) -> None:
-    """Serve `app` on --host/--port (HTTPS with --tls-cert) until SIGINT or SIGTERM, then shut down
-    gracefully (SIGUSR1 logs the top allocation sites: allocations.py); `on_listening` gets the bound
-    port once the engines are up and the server listens (the CLI's ready banner).
+    """Serve `app` on --host/--port (HTTPS with --tls-cert) until SIGINT or SIGTERM, or the end of a
+    drain (SIGUSR2: drain.py), then shut down gracefully (SIGUSR1 logs the top allocation sites:
+    allocations.py); `on_listening` gets the bound port once the engines are up and the server listens
+    (the CLI's ready banner).
     A `worker` shares the port with its siblings (SO_REUSEPORT) and also listens on its private
     Unix socket for the requests they forward to it (workers/forwarding.py).
 
@@ -178,6 +202,7 @@ async def serve(
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, AllocationReport().log_soon)  # the leak hunter's probe
+    loop.add_signal_handler(DRAIN_SIGNAL, app[DRAIN].start)
     limited = ConnectionLimit(runner.server, settings.max_connections_per_client)
     tls = None
     if settings.tls_cert is not None and settings.tls_key is not None:
@@ -192,7 +217,7 @@ async def serve(
             listeners.append(await loop.create_unix_server(runner.server, str(worker.socket_path(worker.index))))
         if on_listening is not None:
             on_listening(listeners[0].sockets[0].getsockname()[1])
-        await stop.wait()
+        await _until_stopped(stop, app[DRAIN])
     finally:
         for listener in listeners:
             listener.close()

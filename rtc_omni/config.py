@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import re
 import types
 import typing
 from typing import Any, Literal
@@ -28,6 +29,16 @@ MAX_WORKERS = 256
 TALKER_PACKET_MS_CHOICES = (20, 40, 60, 120)
 DEFAULT_TALKER_PACKET_MS = 120
 DEFAULT_MIN_INTERRUPTION_MS = 400  # a cough or a click is shorter, "wait, stop" longer
+
+
+MIN_CLUSTER_KEY_CHARS = 32
+# A node id names a gateway in session ids (n3.w1.<random>): no dot, and never a worker's `w<digits>`.
+_NODE_ID = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+NODE_ID_RULE = "a lower-case letter, then up to 31 lower-case letters, digits or '-', other than w0, w1, ..."
+
+
+def valid_node_id(name: str) -> bool:
+    return _NODE_ID.match(name) is not None and re.fullmatch(r"w\d+", name) is None
 
 
 # What a session speaks to an upstream (--upstream-protocol): docs/deployment.md.
@@ -243,6 +254,31 @@ class Settings(BaseModel):
         "it answered; 'auto': one per CPU core. With --engine vllm the model runs once, in an engine process the "
         'workers reach as the remote engine reaches an upstream (docs/deployment.md, "Several workers").',
     )
+    node_id: str | None = Field(
+        None,
+        description="This gateway's name in a fleet (e.g. n3): the first part of every session id and ephemeral "
+        "key it makes (n3.w1.<random>), so any gateway of the fleet passes a request for one of them to it "
+        '(docs/deployment.md, "A gateway fleet").',
+    )
+    peer: list[str] = Field(
+        default_factory=list,
+        description="Another gateway of the fleet, as NODE=URL (n1=http://10.0.0.2:8080; a DNS name is fine): "
+        "requests for its sessions and keys are forwarded to it, signed with --cluster-key. Repeat for each; "
+        "this node's own entry is skipped, so every gateway can be given the same list.",
+    )
+    cluster_key: str | None = Field(
+        None,
+        description="The fleet's shared secret, at least 32 characters (openssl rand -hex 32): session and view "
+        "tokens are HMACs under a key derived from it, so every gateway checks every gateway's tokens, and it "
+        "signs the requests gateways forward to each other. Never logged nor sent to clients; prefer the "
+        "environment variable to the flag, which `ps` shows.",
+    )
+    drain_timeout: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds a draining server (SIGUSR2, or POST /v1/admin/drain) waits for its live sessions to "
+        "end before it closes the rest; it then exits 0.",
+    )
     event_loop: EventLoopChoice = Field(
         "auto",
         description="The event loop every server process runs: 'uvloop' (libuv; about 4 % less CPU per "
@@ -388,6 +424,35 @@ class Settings(BaseModel):
             raise ValueError("--engine remote needs at least one --upstream ws://HOST:PORT")
         return self
 
+    @model_validator(mode="after")
+    def _check_fleet(self) -> Settings:
+        # Messages that never quote the key (a model validator's input is no scalar, so none is shown).
+        if self.cluster_key is not None and len(self.cluster_key) < MIN_CLUSTER_KEY_CHARS:
+            raise ValueError(f"--cluster-key must be at least {MIN_CLUSTER_KEY_CHARS} characters: openssl rand -hex 32")
+        if self.peer and (self.node_id is None or self.cluster_key is None):
+            raise ValueError("--peer needs --node-id (this gateway's name) and --cluster-key (the fleet's secret)")
+        return self
+
+    @field_validator("node_id")
+    @classmethod
+    def _check_node_id(cls, value: str | None) -> str | None:
+        if value is not None and not valid_node_id(value):
+            raise ValueError(NODE_ID_RULE)
+        return value
+
+    @field_validator("peer")
+    @classmethod
+    def _check_peers(cls, value: list[str]) -> list[str]:
+        names: set[str] = set()
+        for entry in value:
+            name, _, url = entry.partition("=")
+            if not valid_node_id(name) or not url.startswith(("http://", "https://")):
+                raise ValueError(f"{entry!r} is not NODE=http://HOST:PORT (NODE: {NODE_ID_RULE})")
+            if name in names:
+                raise ValueError(f"node {name} is given twice")
+            names.add(name)
+        return [entry.rstrip("/") for entry in value]
+
     @field_validator("workers")
     @classmethod
     def _check_worker_count(cls, value: str) -> str:
@@ -425,6 +490,12 @@ class Settings(BaseModel):
         if self.workers == "auto":
             return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         return int(self.workers)
+
+    @property
+    def peers(self) -> dict[str, str]:
+        """--peer as node id -> base URL, without this node's own entry."""
+        pairs = (entry.split("=", 1) for entry in self.peer)
+        return {name: url for name, url in pairs if name != self.node_id}
 
     @property
     def ice_ports(self) -> range | None:

@@ -7,14 +7,12 @@ sessions and is restarted, unless it keeps dying at start. The engine process of
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import json
 import os
 import re
-import select
 import signal
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -30,72 +28,16 @@ from rtc_omni.workers.engine_process import EngineProcess, EngineStartError, eng
 from rtc_omni.workers.supervisor import worker_settings
 
 from .prometheus_text import Samples, parsed
+from .serve_process import Served, call, mint_key, open_realtime, start_serve
 from .whep_player import WhepPlayer, viewing
 
-BANNER = re.compile(r"on (http://127\.0\.0\.1:\d+) \(2 workers\)")
 MAX_CLIENTS = 16  # sessions opened until both workers own one (each lands on either: 2^-15 to miss)
 ROUNDS = 8  # calls per session, each on a new connection, so the kernel picks a worker each time
 
 
-class Served:
-    def __init__(self, process: subprocess.Popen[str], url: str, log: Path) -> None:
-        self.process, self.url, self.log = process, url, log
-
-    def worker_pids(self) -> list[int]:
-        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text()
-        return [int(pid) for pid in children.split()]
-
-    def worker_pid(self, index: int, not_pid: int | None = None, timeout: float = 10) -> int:
-        """The pid of worker `index` (other than `not_pid`, one just killed) once it listens on its
-        Unix socket, `worker-I.sock`: the process holding that socket."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            inodes = {
-                f"socket:[{fields[6]}]"
-                for fields in (line.split() for line in Path("/proc/net/unix").read_text().splitlines()[1:])
-                if len(fields) > 7 and fields[7].endswith(f"/worker-{index}.sock")
-            }
-            for pid in set(self.worker_pids()) - {not_pid}:
-                try:
-                    if inodes & {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}:
-                        return pid
-                except FileNotFoundError:  # it ended meanwhile
-                    continue
-            time.sleep(0.05)
-        raise AssertionError(f"worker {index} is not listening after {timeout} s")
-
-
 def start_workers(tmp_path: Path, *args: str) -> Served:
     """`rtc-omni serve --workers 2 --port 0 ARGS`, once its banner (printed when both listen) is out."""
-    log = tmp_path / "server.log"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rtc_omni",
-            "serve",
-            "--workers",
-            "2",
-            "--port",
-            "0",
-            "--session-rate-limit",
-            "0",
-            *args,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=log.open("w"),
-        text=True,
-    )
-    assert process.stdout is not None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        readable, _, _ = select.select([process.stdout], [], [], 1.0)
-        line = process.stdout.readline() if readable else ""
-        if match := BANNER.search(line):
-            return Served(process, match.group(1), log)
-        assert process.poll() is None, log.read_text()
-    process.kill()
-    raise AssertionError(f"no banner within 30 s: {log.read_text()}")
+    return start_serve(tmp_path, "--workers", "2", *args)
 
 
 @pytest.fixture
@@ -123,15 +65,6 @@ async def open_sessions_on_both_workers(url: str, token: str | None = None) -> A
         if owners == {"w0", "w1"}:
             return
     raise AssertionError(f"{MAX_CLIENTS} sessions all went to {owners}")
-
-
-async def call(method: str, url: str, token: str | None) -> int:
-    """One request on its own connection (a new one: the kernel may give it to either worker)."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
-        async with http.request(method, url, headers=headers) as response:
-            await response.read()
-            return response.status
 
 
 @pytest.mark.media
@@ -164,30 +97,6 @@ async def test_every_session_route_reaches_the_worker_that_owns_it(served: Serve
         await asyncio.gather(*(client.close() for client in clients))
     served.process.send_signal(signal.SIGTERM)
     assert served.process.wait(timeout=30) == 0
-
-
-async def open_realtime(url: str, key: str) -> str | int:
-    """Open WS /v1/realtime with an ephemeral key: its first event's type and instructions (or
-    message, for an error), or the refusal's status."""
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
-        try:
-            async with http.ws_connect(
-                url.replace("http", "ws") + "/v1/realtime?model=qwen3-omni", headers={"Authorization": f"Bearer {key}"}
-            ) as ws:
-                first = await ws.receive_json(timeout=10)
-                said = first["message"] if first["type"] == "error" else first["session"]["instructions"]
-                return f"{first['type']}: {said}"
-        except aiohttp.WSServerHandshakeError as exc:
-            return exc.status
-
-
-async def mint_key(url: str, instructions: str) -> str:
-    """POST /v1/realtime/client_secrets on a new connection (either worker may mint it)."""
-    body = {"session": {"type": "realtime", "instructions": instructions}}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
-        async with http.post(f"{url}/v1/realtime/client_secrets", json=body) as response:
-            assert response.status == 200
-            return str((await response.json())["value"])
 
 
 async def keys_from_both_workers(url: str) -> list[str]:
@@ -339,9 +248,9 @@ async def session_on(url: str, worker: str, make: Callable[[], ControlClient]) -
     raise AssertionError(f"{MAX_CLIENTS} sessions, none on {worker}")
 
 
-def realtime_call(url: str) -> RealtimeClient:
+def realtime_call(url: str, token: str | None = None) -> RealtimeClient:
     """A realtime call with the events channel only: a text turn needs no media."""
-    return RealtimeClient(url, video=None, audio=None, receive_audio=False)
+    return RealtimeClient(url, video=None, audio=None, receive_audio=False, token=token)
 
 
 @pytest.mark.media
@@ -375,6 +284,51 @@ async def test_a_killed_worker_ends_only_its_own_sessions_and_is_back_within_5_s
         assert re.search(r"worker 1 \(pid \d+\) is back, \d+\.\d\d s after it died", log)
     finally:
         await asyncio.gather(*(client.close() for client in clients))
+
+
+@pytest.mark.media
+async def test_a_drain_lets_every_workers_calls_finish_then_the_server_exits_0(tmp_path: Path) -> None:
+    served = start_workers(tmp_path, "--auth-token", "s3cret")
+    make = functools.partial(realtime_call, served.url, "s3cret")
+    calls = [await session_on(served.url, worker, make) for worker in ("w0", "w1")]
+    try:
+        # The worker that takes it passes it to the parent, which drains them all.
+        assert await call("POST", f"{served.url}/v1/admin/drain", "s3cret") == 202
+        deadline = time.monotonic() + 5
+        while await healthz_status(served.url) != 503:  # on either worker
+            assert time.monotonic() < deadline, "still healthy 5 s after the drain began"
+            await asyncio.sleep(0.05)
+        for _ in range(ROUNDS):  # wherever it lands, a new session is refused
+            refused = realtime_call(served.url, "s3cret")
+            with pytest.raises(SignalingError) as raised:
+                await refused.connect()
+            await refused.close()
+            assert raised.value.status == 503
+        for live in calls:  # the calls go on, and end when their callers hang up
+            question = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Still on?"}]}
+            live.send({"type": "conversation.item.create", "item": question})
+            mark = len(live.events)
+            live.send({"type": "response.create", "response": {"output_modalities": ["text"]}})
+            assert (await live.wait_event("response.done", after=mark, timeout=20))["response"]["status"] == "completed"
+            assert served.process.poll() is None
+            hang_up = f"{served.url}/v1/realtime/calls/{live.session_id}/hangup"
+            assert await call("POST", hang_up, live.session_token) == 200
+        assert served.process.wait(timeout=20) == 0
+    finally:
+        await asyncio.gather(*(live.close() for live in calls))
+        if served.process.poll() is None:
+            served.process.kill()
+            served.process.wait()
+    log = served.log.read_text()
+    assert "SIGUSR2: draining 2 workers" in log and "every worker drained; exiting" in log
+    assert "restarting" not in log
+
+
+async def healthz_status(url: str) -> int:
+    """GET /healthz on a new connection: its status code."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
+        async with http.get(f"{url}/healthz") as response:
+            return response.status
 
 
 @pytest.mark.media
@@ -452,13 +406,15 @@ def test_vllm_with_several_workers_gives_the_workers_the_engine_process_as_their
     worker = remote_settings(settings, "ws://127.0.0.1:4321", "run-token")
     assert (worker.engine, worker.upstream, worker.model) == ("remote", ["ws://127.0.0.1:4321"], "m")
     assert worker.upstream_api_key == "run-token"
-    engine = engine_settings(settings.model_copy(update={"auth_token": "clients-token"}), 2, "run-token")
+    fleet = {"node_id": "n0", "peer": ["n1=http://10.0.0.3:8080"], "cluster_key": "k" * 32}
+    engine = engine_settings(settings.model_copy(update={"auth_token": "clients-token", **fleet}), 2, "run-token")
     # Every session reaches the engine from 127.0.0.1: no per-client limit may count them as one client.
     assert (engine.engine, engine.model, engine.worker_count) == ("vllm", "m", 1)
     assert (engine.host, engine.port) == ("127.0.0.1", 0)
     # Any local process can reach its port: it takes the workers' token only, not the clients'.
     assert engine.session_rate_limit == 0 and engine.auth_token == "run-token"
     assert engine.max_connections_per_client > engine.max_sessions >= settings.max_sessions
+    assert (engine.node_id, engine.peer, engine.cluster_key) == (None, [], None)  # no gateway of the fleet
 
 
 def synthetic_engine_process() -> EngineProcess:

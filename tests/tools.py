@@ -1,4 +1,4 @@
-"""What a test needs from outside Python (coturn, espeak-ng, Chromium, FFmpeg's WHIP muxer, a loopback-only
+"""What a test needs from outside Python (coturn, espeak-ng, Chromium, FFmpeg's WHIP muxer, HAProxy, a loopback-only
 network namespace, the vLLM-Omni environment), and what happens when it is missing.
 
 A fresh machine runs the whole suite green: a test whose tool is missing skips and names the install

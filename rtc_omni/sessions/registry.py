@@ -45,6 +45,7 @@ class SessionRegistry:
         self.slots = slots
         self.id_prefix = id_prefix
         self.on_removed = on_removed
+        self._refusing: str | None = None  # why no new session is taken (drain.py), or None
         self._sessions: dict[str, LiveSession] = {}
 
     def new_session_id(self) -> str:
@@ -63,11 +64,19 @@ class SessionRegistry:
         """The sessions open in the whole server: with --workers, every worker's, not only this one's."""
         return len(self._sessions) if self.slots is None else self.slots.total()
 
+    def refuse_new(self, reason: str) -> None:
+        """From now on every new session is refused, with `reason` (a draining server: drain.py)."""
+        self._refusing = reason
+
     def check_capacity(self) -> None:
+        if self._refusing is not None:
+            raise SessionLimitReached(self._refusing)
         if self.open_in_server() >= self.max_sessions:
             raise SessionLimitReached(f"session limit of {self.max_sessions} reached")
 
     def add(self, session: LiveSession) -> None:
+        if self._refusing is not None:
+            raise SessionLimitReached(self._refusing)
         if self.slots is None:
             self.check_capacity()
         elif not self.slots.take(self.max_sessions):

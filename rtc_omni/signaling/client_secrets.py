@@ -18,11 +18,13 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..drain import DRAINING
 from ..protocol import realtime_events as proto
 from ..protocol.codec import load_json
 from ..protocol.validation import describe_validation_error
 from .auth import GRANT, KEY_SPENT, bearer_credentials
-from .offer import json_error
+from .keys import DRAIN
+from .offer import RETRY_AFTER_S, json_error
 
 CLIENT_SECRETS_PATH = "/v1/realtime/client_secrets"
 SESSION_PATHS = frozenset({proto.WEBSOCKET_PATH, "/v1/realtime/calls"})  # where a key opens a session
@@ -82,6 +84,8 @@ EPHEMERAL_KEYS = web.AppKey("ephemeral_keys", EphemeralKeys)
 
 
 async def create_client_secret(request: web.Request) -> web.Response:
+    if request.app[DRAIN].draining:  # only this process redeems the key, and it is about to exit
+        return json_error(503, DRAINING, **{"Retry-After": RETRY_AFTER_S})
     try:
         body = SecretRequest.model_validate(load_json(await request.text()) if request.body_exists else {})
         config = proto.SessionConfig().updated(body.session)

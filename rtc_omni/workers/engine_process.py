@@ -64,7 +64,7 @@ def engine_settings(settings: Settings, workers: int, token: str) -> Settings:
     client; twice --max-sessions leaves room for a session whose old socket is still closing while it
     opens a new one (an interrupt does that); each worker's two upstream pools keep a health-check
     connection each, and the parent checks it too. The workers check the clients' tokens; the ICE
-    ports are theirs."""
+    ports are theirs, and so is the place in a fleet (the engine process is no gateway)."""
     sessions = 2 * settings.max_sessions
     return settings.model_copy(
         update={
@@ -77,6 +77,9 @@ def engine_settings(settings: Settings, workers: int, token: str) -> Settings:
             "max_connections_per_client": sessions + 2 * workers + 1,
             "ice_port_min": None,
             "ice_port_max": None,
+            "node_id": None,
+            "peer": [],
+            "cluster_key": None,
         }
     )
 

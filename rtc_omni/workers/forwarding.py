@@ -9,17 +9,25 @@ so access checks, CORS and limits are the same wherever the request landed.
 
 The sockets live in a folder only this user can open (mode 0700), so the header carrying the
 client's address is believed only on a request that came through one.
+
+In a fleet (fleet/) the id names its node first (`n0.w1.<random>`): a request for another node's
+session goes, by the same relay, to that node's URL, signed with the cluster key; the node that
+gets it believes the client's address only on a good signature, refuses a bad one (403), and never
+forwards a signed request to another node, so no request goes round in circles.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from multidict import CIMultiDict
 
+from ..fleet import Fleet
+from ..fleet.signatures import SIGNATURE_HEADER, SIGNATURE_WINDOW_S, signature, signer
 from ..protocol.codec import load_json
 from ..signaling.client_secrets import KEY_PREFIX, EphemeralKeys, Grant
 from .identity import Worker
@@ -30,6 +38,8 @@ logger = logging.getLogger(__name__)
 FORWARDED_FOR = "RTC-Omni-Forwarded-For"
 FORWARDED_ORIGIN = "RTC-Omni-Forwarded-Origin"  # the scheme://host its client used (signaling/public_url.py)
 REDEEM_PATH = "/_workers/redeem"  # an ephemeral key, redeemed (POST) or given back (PUT) at its minter
+# Set on a request that another gateway forwarded, with a good signature: that node's id.
+FORWARDED_BY_NODE = web.RequestKey("forwarded_by_node", str)
 ATTACH_PATH = "/v1/rtc/offer"  # kind "control" names its session in the body, not the path
 # Headers about one hop's connection, not the message; aiohttp sets its own for each side.
 _HOP_BY_HOP = frozenset(
@@ -46,6 +56,7 @@ _HOP_BY_HOP = frozenset(
         "Content-Length",
         FORWARDED_FOR,
         FORWARDED_ORIGIN,
+        SIGNATURE_HEADER,
     )
 )
 FORWARD_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=120)
@@ -57,21 +68,63 @@ def _came_from_sibling(request: web.Request) -> bool:
     return request.transport is not None and not isinstance(request.transport.get_extra_info("peername"), tuple)
 
 
-def sibling_client_address() -> Middleware:
-    """Outermost: a request a sibling forwarded is seen with its client's address (for the
-    per-client limits and logs), not the Unix socket's empty one, and with the scheme and host its
-    client used (for the URLs in the answer: an https client's Location stays https)."""
+def forwarded_client_address(fleet: Fleet | None) -> Middleware:
+    """Outermost: a request another worker or gateway forwarded is seen with its client's address (for
+    the per-client limits and logs), not the hop's, and with the scheme and host its client used (for
+    the URLs in the answer: an https client's Location stays https). One signed as a gateway's with a
+    wrong signature (another cluster key, a client's forgery, a stale time) is refused here, before
+    anything acts on it."""
+    request_key = None if fleet is None else fleet.request_key
+
+    def as_its_client_sent_it(request: web.Request, client: str | None) -> web.Request:
+        scheme, _, host = request.headers.get(FORWARDED_ORIGIN, "").partition("://")
+        return request.clone(
+            remote=client or request.remote or "", scheme=scheme or request.scheme, host=host or request.host
+        )
 
     @web.middleware
     async def restore_remote(request: web.Request, handler: Handler) -> web.StreamResponse:
         client = request.headers.get(FORWARDED_FOR)
+        signed = request.headers.get(SIGNATURE_HEADER)
+        if signed is not None:
+            node = signer(request_key, signed, request.method, request.path)
+            if node is None:
+                logger.warning(
+                    "refused %s %s from %s: not signed with this fleet's cluster key (or signed over %d s ago)",
+                    request.method,
+                    request.path,
+                    request.remote,
+                    SIGNATURE_WINDOW_S,
+                )
+                return web.json_response({"error": "this request's gateway signature is not valid"}, status=403)
+            forwarded = as_its_client_sent_it(request, client)
+            forwarded[FORWARDED_BY_NODE] = node
+            return await handler(forwarded)
         if client and _came_from_sibling(request):
-            scheme, _, host = request.headers.get(FORWARDED_ORIGIN, "").partition("://")
-            origin = request.clone(remote=client, scheme=scheme or request.scheme, host=host or request.host)
-            return await handler(origin)
+            return await handler(as_its_client_sent_it(request, client))
         return await handler(request)
 
     return restore_remote
+
+
+def _forwarded(request: web.Request) -> bool:
+    """Whether a sibling worker or a gateway of the fleet (signed) sent this request."""
+    return _came_from_sibling(request) or FORWARDED_BY_NODE in request
+
+
+def session_id_prefix(worker: Worker | None, fleet: Fleet | None) -> str:
+    """What starts the ids of the sessions and keys this process makes: `n0.w1.`, `n0.`, `w1.` or nothing."""
+    return (fleet.session_id_prefix if fleet else "") + (worker.session_id_prefix if worker else "")
+
+
+@dataclass(frozen=True)
+class _Hop:
+    """Where a request for a session this process does not own goes: a sibling's socket, or a peer gateway."""
+
+    name: str  # "worker 1", "node n0": for the logs
+    client: aiohttp.ClientSession
+    base_url: str
+    signed: bool  # a hop to another gateway carries this node's signature
 
 
 async def _addressed_session(request: web.Request) -> str | None:
@@ -88,61 +141,91 @@ async def _addressed_session(request: web.Request) -> str | None:
 
 
 class OwnerRouting:
-    """Innermost middleware of a worker: serve its own sessions, forward the others' to their owner.
+    """Innermost middleware of a worker or a fleet's gateway: serve its own sessions, forward the others'
+    to their owner (a sibling worker, or another node of the fleet).
 
-    Ephemeral keys (client_secrets.py) are owned the same way: a key names the worker that minted
-    it, and a worker opening a realtime session with another's key has that worker redeem it (once),
-    and give it back if the session did not open. The session then lives where its request landed;
-    a WebSocket is never forwarded.
+    Ephemeral keys (client_secrets.py) are owned the same way: a key names the node and worker that
+    minted it, and a process opening a realtime session with another's key has the minter redeem it
+    (once), and give it back if the session did not open. The session then lives where its request
+    landed; a WebSocket is never forwarded.
     A scrape of /metrics is the whole server's: every worker's figures, merged (scrape.py).
     """
 
-    def __init__(self, worker: Worker, keys: EphemeralKeys) -> None:
+    def __init__(self, keys: EphemeralKeys, worker: Worker | None, fleet: Fleet | None) -> None:
         self.worker = worker
+        self.fleet = fleet
         self.keys = keys
-        self._clients: dict[int, aiohttp.ClientSession] = {}
-        self._scrape = WholeServerScrape(worker, self._client)
+        self._clients: dict[str, aiohttp.ClientSession] = {}
+        self._scrape = None if worker is None else WholeServerScrape(worker, self._sibling_client)
+        parts = ([f"node {fleet.node_id}"] if fleet else []) + ([f"worker {worker.index}"] if worker else [])
+        self._name = " ".join(parts)  # for the logs
 
     def middleware(self) -> Middleware:
         @web.middleware
         async def route_to_owner(request: web.Request, handler: Handler) -> web.StreamResponse:
-            if request.path == METRICS_PATH and request.method in ("GET", "HEAD") and not _came_from_sibling(request):
+            is_scrape = request.path == METRICS_PATH and request.method in ("GET", "HEAD")
+            if self._scrape is not None and is_scrape and not _came_from_sibling(request):
                 return await self._scrape(request)
             session_id = await _addressed_session(request)
-            owner = None if session_id is None else self.worker.owner_of(session_id)
-            if owner is None or owner == self.worker.index:
+            hop = None if session_id is None else self._next_hop(session_id, FORWARDED_BY_NODE in request)
+            if hop is None:
                 return await handler(request)
-            return await self._forward(request, owner)
+            return await self._forward(request, hop)
 
         return route_to_owner
 
-    def _client(self, owner: int) -> aiohttp.ClientSession:
-        if owner not in self._clients:
-            connector = aiohttp.UnixConnector(path=str(self.worker.socket_path(owner)))
-            self._clients[owner] = aiohttp.ClientSession(
+    def _next_hop(self, owned_id: str, from_a_node: bool) -> _Hop | None:
+        """Where a request for `owned_id` (a session id, or a key past its `ek_`) goes; None: served here
+        (also for an id nobody here made: its handler answers 404). A request another node forwarded
+        never leaves this node again."""
+        rest: str | None = owned_id
+        if self.fleet is not None:
+            peer, rest = self.fleet.owner_of(owned_id)
+            if peer is not None and not from_a_node:
+                return _Hop(f"node {peer}", self._client(f"node {peer}", None), self.fleet.peers[peer], True)
+        if rest is None or self.worker is None:
+            return None
+        owner = self.worker.owner_of(rest)
+        if owner is None or owner == self.worker.index:
+            return None
+        return _Hop(f"worker {owner}", self._sibling_client(owner), f"http://worker-{owner}", False)
+
+    def _client(self, name: str, socket_path: str | None) -> aiohttp.ClientSession:
+        if name not in self._clients:
+            connector = aiohttp.TCPConnector() if socket_path is None else aiohttp.UnixConnector(path=socket_path)
+            self._clients[name] = aiohttp.ClientSession(
                 connector=connector, timeout=FORWARD_TIMEOUT, auto_decompress=False
             )
-        return self._clients[owner]
+        return self._clients[name]
 
-    async def _forward(self, request: web.Request, owner: int) -> web.StreamResponse:
+    def _sibling_client(self, owner: int) -> aiohttp.ClientSession:
+        assert self.worker is not None  # only workers have siblings
+        return self._client(f"worker {owner}", str(self.worker.socket_path(owner)))
+
+    def _hop_headers(self, hop: _Hop, method: str, path: str) -> dict[str, str]:
+        """The headers a hop adds: a gateway's signature on a request leaving this node."""
+        if not hop.signed:
+            return {}
+        assert self.fleet is not None and self.fleet.request_key is not None  # config.py: --peer needs the key
+        return {SIGNATURE_HEADER: signature(self.fleet.request_key, self.fleet.node_id, method, path)}
+
+    async def _forward(self, request: web.Request, hop: _Hop) -> web.StreamResponse:
         # aiohttp hands over a request body already decoded, so its Content-Encoding no longer applies.
         dropped = _HOP_BY_HOP | {"content-encoding"}
         headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in dropped)
         headers[FORWARDED_FOR] = request.remote or ""
         headers[FORWARDED_ORIGIN] = f"{request.scheme}://{request.host}"
+        headers.update(self._hop_headers(hop, request.method, request.path))
         body = await request.read() if request.body_exists else None  # kept since text_body read it
-        url = f"http://worker-{owner}{request.path_qs}"
         try:
-            answer = await self._client(owner).request(
-                request.method, url, headers=headers, data=body, allow_redirects=False
+            answer = await hop.client.request(
+                request.method, f"{hop.base_url}{request.path_qs}", headers=headers, data=body, allow_redirects=False
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
-            logger.warning(
-                "worker %d could not reach worker %d for %s: %s", self.worker.index, owner, request.path, exc
-            )
-            return web.json_response(
-                {"error": f"the worker that owns this session is unreachable ({exc.__class__.__name__})"}, status=502
-            )
+            logger.warning("%s could not reach %s for %s: %s", self._name, hop.name, request.path, exc)
+            owner = hop.name.split()[0]
+            unreachable = f"the {owner} that owns this session is unreachable ({exc.__class__.__name__})"
+            return web.json_response({"error": unreachable}, status=502)
         async with answer:  # past this point a failure drops the connection, as the owner's own would
             relayed = web.StreamResponse(
                 status=answer.status,
@@ -157,58 +240,67 @@ class OwnerRouting:
             await relayed.write_eof()
         return relayed
 
-    def _sibling_minter(self, key: str) -> int | None:
-        """The sibling that minted `key`; None for this worker's keys (and keys no worker made)."""
-        owner = self.worker.owner_of(key.removeprefix(KEY_PREFIX))
-        return None if owner == self.worker.index else owner
-
     async def redeem(self, key: str) -> Grant | None:
-        """The grant of `key`, redeemed by the worker that minted it; None if it is not valid."""
-        owner = self._sibling_minter(key)
-        if owner is None:
+        """The grant of `key`, redeemed by the process that minted it; None if it is not valid."""
+        return await self._redeem(key, from_a_node=False)
+
+    async def _redeem(self, key: str, from_a_node: bool) -> Grant | None:
+        hop = self._next_hop(key.removeprefix(KEY_PREFIX), from_a_node)
+        if hop is None:
             return self.keys.redeem(key)
         try:
-            async with self._client(owner).post(
-                f"http://worker-{owner}{REDEEM_PATH}", data=key, timeout=REDEEM_TIMEOUT
+            async with hop.client.post(
+                f"{hop.base_url}{REDEEM_PATH}",
+                data=key,
+                headers=self._hop_headers(hop, "POST", REDEEM_PATH),
+                timeout=REDEEM_TIMEOUT,
             ) as answer:
                 if answer.status != 200:
                     return None
                 body = await answer.json()
                 return Grant(float(body["expires_at"]), dict(body["config"]))
         except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError) as exc:
-            logger.warning("worker %d could not redeem a key at worker %d: %s", self.worker.index, owner, exc)
+            logger.warning("%s could not redeem a key at %s: %s", self._name, hop.name, exc)
             return None
 
     async def give_back(self, key: str, grant: Grant) -> None:
-        """Make `key` valid again at the worker that minted it (a dead one's keys are lost anyway)."""
-        owner = self._sibling_minter(key)
-        if owner is None:
+        """Make `key` valid again where it was minted (a dead process's keys are lost anyway)."""
+        await self._give_back(key, grant, from_a_node=False)
+
+    async def _give_back(self, key: str, grant: Grant, from_a_node: bool) -> None:
+        hop = self._next_hop(key.removeprefix(KEY_PREFIX), from_a_node)
+        if hop is None:
             self.keys.give_back(key, grant)
             return
         body = {"key": key, "expires_at": grant.expires_at, "config": grant.config}
         try:
-            async with self._client(owner).put(
-                f"http://worker-{owner}{REDEEM_PATH}", json=body, timeout=REDEEM_TIMEOUT
+            async with hop.client.put(
+                f"{hop.base_url}{REDEEM_PATH}",
+                json=body,
+                headers=self._hop_headers(hop, "PUT", REDEEM_PATH),
+                timeout=REDEEM_TIMEOUT,
             ) as answer:
                 answer.raise_for_status()
         except (aiohttp.ClientError, TimeoutError) as exc:
-            logger.warning("worker %d could not give a key back to worker %d: %s", self.worker.index, owner, exc)
+            logger.warning("%s could not give a key back to %s: %s", self._name, hop.name, exc)
 
-    async def redeem_for_sibling(self, request: web.Request) -> web.Response:
-        """POST REDEEM_PATH, from a sibling only: redeem one of this worker's keys."""
-        if not _came_from_sibling(request):
+    async def redeem_for_owner(self, request: web.Request) -> web.Response:
+        """POST REDEEM_PATH, from a sibling or a signed gateway only: redeem a key this node minted."""
+        if not _forwarded(request):
             raise web.HTTPNotFound()
-        grant = self.keys.redeem(await request.text())
+        grant = await self._redeem(await request.text(), from_a_node=FORWARDED_BY_NODE in request)
         if grant is None:
             return web.json_response({"error": "unknown, used or expired"}, status=404)
         return web.json_response({"expires_at": grant.expires_at, "config": grant.config})
 
-    async def give_back_for_sibling(self, request: web.Request) -> web.Response:
-        """PUT REDEEM_PATH, from a sibling only: one of this worker's keys, whose session did not open."""
-        if not _came_from_sibling(request):
+    async def give_back_for_owner(self, request: web.Request) -> web.Response:
+        """PUT REDEEM_PATH, from a sibling or a signed gateway only: a key this node minted, whose session
+        did not open."""
+        if not _forwarded(request):
             raise web.HTTPNotFound()
         body = await request.json()
-        self.keys.give_back(str(body["key"]), Grant(float(body["expires_at"]), dict(body["config"])))
+        grant = Grant(float(body["expires_at"]), dict(body["config"]))
+        await self._give_back(str(body["key"]), grant, from_a_node=FORWARDED_BY_NODE in request)
         return web.Response(status=204)
 
     async def close(self, _app: web.Application | None = None) -> None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import logging
 import multiprocessing.process
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..drain import DRAIN_SIGNAL
 from .processes import describe_exit
 from .slots import SessionSlots
 
@@ -55,6 +57,8 @@ class Workers:
         self._started_at: list[float] = []
         self._restart_at: dict[int, float] = {}  # dead workers, by index: when to start them again
         self._died_at: dict[int, float] = {}  # restarted workers not ready yet, by index
+        self._drained: set[int] = set()  # workers that exited after a drain, never restarted
+        self.draining = False
 
     def start_all(self, start: StartWorker, count: int) -> None:
         """Start workers 0..count-1 with `start`, which also restarts them."""
@@ -65,7 +69,8 @@ class Workers:
 
     def sentinels(self) -> dict[int, int]:
         """The live workers' sentinels (readable once the process ended), each to its index."""
-        return {p.sentinel: i for i, p in enumerate(self.processes) if i not in self._restart_at}
+        gone = self._restart_at.keys() | self._drained
+        return {p.sentinel: i for i, p in enumerate(self.processes) if i not in gone}
 
     def wait_s(self) -> float:
         """How long the parent may wait for events before a restart is due."""
@@ -80,12 +85,30 @@ class Workers:
             self.processes[index] = self._start(index)
             self._started_at[index] = now
 
+    def drain(self) -> None:
+        """Pass a drain on to every live worker (drain.py); from now on none is restarted."""
+        self.draining = True
+        self._drained.update(self._restart_at)
+        self._restart_at.clear()
+        for process in self.processes:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, DRAIN_SIGNAL)
+
+    @property
+    def drained(self) -> bool:
+        """Every worker exited after a drain."""
+        return len(self._drained) == len(self.processes)
+
     def died(self, index: int) -> int | None:
-        """Free dead worker `index`'s sessions and plan its restart; the exit status to stop the
-        server with when it has used up its RestartBudget, else None."""
+        """Free dead worker `index`'s sessions and plan its restart (none while draining); the exit
+        status to stop the server with when it has used up its RestartBudget, else None."""
         process = self.processes[index]
         process.join()
         lost = self._slots.clear(index)
+        if self.draining:
+            logger.info("worker %d (pid %s) drained and %s", index, process.pid, describe_exit(process.exitcode))
+            self._drained.add(index)
+            return None
         now = time.monotonic()
         delay = self._budget.delay(index, now - self._started_at[index])
         what = f"worker {index} (pid {process.pid}) {describe_exit(process.exitcode)}"
@@ -103,7 +126,10 @@ class Workers:
         return None
 
     def ready(self, index: int) -> None:
-        """Worker `index` listens: if it was restarted, say how long the server was without it."""
+        """Worker `index` listens: if it was restarted, say how long the server was without it. A drain
+        that began before it listened reaches it now (it ignored the signal until then)."""
+        if self.draining and (pid := self.processes[index].pid) is not None:
+            os.kill(pid, DRAIN_SIGNAL)
         died_at = self._died_at.pop(index, None)
         if died_at is not None:
             logger.warning(

@@ -9,7 +9,8 @@ A worker that dies takes its sessions' media with it, and only its own: the pare
 died and how, frees its session slots and starts it again (restarts.py), unless it keeps dying
 soon after its start: then the parent stops the others and exits non-zero, for the service manager
 (systemd, Kubernetes) to deal with. SIGTERM/SIGINT are passed on to the workers, which close their
-sessions as a single server does.
+sessions as a single server does; so is SIGUSR2, a drain (drain.py): the parent then restarts no
+worker, and exits 0 once every worker finished its sessions and exited.
 
 With --engine vllm the model is loaded once, in an engine process the parent starts before the
 workers and stops after them; the workers reach it as a remote engine reaches an upstream
@@ -36,6 +37,7 @@ from pathlib import Path
 from types import FrameType
 
 from ..config import Settings
+from ..drain import DRAIN_SIGNAL
 from .engine_process import EngineProcess, remote_settings
 from .identity import Worker
 from .processes import die_with_parent
@@ -70,12 +72,13 @@ def _worker_main(
 ) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):  # the parent's handlers are not this process's
         signal.signal(signum, signal.SIG_DFL)
+    signal.signal(DRAIN_SIGNAL, signal.SIG_IGN)  # until its event loop drains on it (app.serve)
     die_with_parent()  # a parent killed outright (SIGKILL) takes its workers with it
     sys.exit(serve_worker(settings, worker, lambda _port: ready.send(worker.index)))
 
 
 def run_workers(settings: Settings, serve_worker: ServeWorker, on_listening: Callable[[int], None]) -> int:
-    """Serve with `settings.worker_count` workers until SIGTERM/SIGINT (0), or until a worker keeps
+    """Serve with `settings.worker_count` workers until SIGTERM/SIGINT or a drain's end (0), or until a worker keeps
     dying or the engine process dies (non-zero). With --engine vllm the engine process starts, and
     loads its model, before the workers are forked (engine_process.py).
 
@@ -90,8 +93,9 @@ def run_workers(settings: Settings, serve_worker: ServeWorker, on_listening: Cal
     token_key = secrets.token_bytes(32)
     engine: EngineProcess | None = None
     workers = Workers(slots)
-    # Signals are recorded from here on, so that a stop request never cuts the start or the cleanup short.
-    with _stop_requests() as stopping:
+    # Signals are recorded from here on, so that a stop request never cuts the start or the cleanup short
+    # (a drain request is passed on to the workers once they run).
+    with _recorded(signal.SIGINT, signal.SIGTERM) as stopping, _recorded(DRAIN_SIGNAL) as draining:
         try:
             if settings.engine == "vllm":  # one model for all the workers
                 engine = EngineProcess(settings, count)
@@ -112,7 +116,7 @@ def run_workers(settings: Settings, serve_worker: ServeWorker, on_listening: Cal
                 return process
 
             workers.start_all(start_worker, count)
-            return _supervise(workers, engine, ready_reader, stopping, lambda: on_listening(port))
+            return _supervise(workers, engine, ready_reader, stopping, draining, lambda: on_listening(port))
         finally:
             _stop(workers.processes)
             if engine is not None:
@@ -122,16 +126,16 @@ def run_workers(settings: Settings, serve_worker: ServeWorker, on_listening: Cal
 
 
 @contextmanager
-def _stop_requests() -> Iterator[list[int]]:
-    """Within the block SIGINT and SIGTERM are recorded in the list, not acted on."""
-    stopping: list[int] = []
+def _recorded(*signums: int) -> Iterator[list[int]]:
+    """Within the block the signals are recorded in the list, not acted on."""
+    received: list[int] = []
 
-    def stop(signum: int, _frame: FrameType | None) -> None:
-        stopping.append(signum)
+    def record(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
 
-    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+    previous = {signum: signal.signal(signum, record) for signum in signums}
     try:
-        yield stopping
+        yield received
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -142,12 +146,20 @@ def _supervise(
     engine: EngineProcess | None,
     ready: multiprocessing.connection.Connection,
     stopping: list[int],
+    draining: list[int],
     on_all_ready: Callable[[], None],
 ) -> int:
-    """Watch the workers and the engine until a stop request lands in `stopping` (0), or a worker
-    keeps dying or the engine dies (non-zero). A dead worker is restarted (restarts.py)."""
+    """Watch the workers and the engine until a stop request lands in `stopping`, or every worker
+    exited after a drain request landed in `draining` (0), or a worker keeps dying or the engine
+    dies (non-zero). A dead worker is restarted (restarts.py), except while draining."""
     waiting_for = set(range(len(workers.processes)))  # the first start, which the banner waits for
     while not stopping:
+        if draining and not workers.draining:
+            logger.warning("%s: draining %d workers", signal.Signals(draining[0]).name, len(workers.processes))
+            workers.drain()
+        if workers.drained:
+            logger.info("every worker drained; exiting")
+            return 0
         workers.restart_due()
         sentinels = workers.sentinels()
         for event in multiprocessing.connection.wait([ready, *sentinels], timeout=workers.wait_s()):
