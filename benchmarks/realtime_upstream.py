@@ -8,7 +8,8 @@ in the vLLM-Omni environment named by RTC_OMNI_VLLM_PYTHON): the duplex one's sp
 The gateway is `rtc-omni serve` in a subprocess. Each call is an aiortc peer with a 320x240@15 camera
 and a microphone, asking a question (a text item and `response.create`) every --every seconds.
 Printed per path:
-  - `response.create` -> the first voiced talker frame the peer decodes (p50/p95);
+  - `response.create` -> the first transcript delta (DataChannel), and -> the first voiced talker frame
+    the peer decodes (p50/p95);
   - the talker audio per response (the fakes' answers differ in length; CPU follows it);
   - the gateway's CPU-seconds per second per call, with 1 call and with --calls calls;
   - on /v1/realtime, `response.cancel` sent by the peer -> the upstream's handler has it (its record's
@@ -71,21 +72,25 @@ class BenchCall:
                 await asyncio.sleep(0.01)
         await asyncio.sleep(1.0)  # camera frames buffered: the older path answers only with one
 
-    async def ask(self) -> tuple[float, float]:
-        """(response.create -> first voiced frame at the peer, seconds of talker audio) for one response."""
+    async def ask(self) -> tuple[float, float, float]:
+        """(response.create -> first transcript delta, -> first voiced frame at the peer, seconds of
+        talker audio) for one response."""
         self.channel.send(json.dumps(QUESTION))
         sent = time.monotonic()
         self.channel.send(json.dumps({"type": "response.create"}))
         recorder = self.recorders[0]
+        first_text = None
         async with asyncio.timeout(TIMEOUT_S):
+            while (event := await self.events.get())["type"] != "response.done":
+                if first_text is None and event["type"] == "response.output_audio_transcript.delta":
+                    first_text = time.monotonic() - sent
             while recorder.voiced_frames(since=sent) == 0:
                 await asyncio.sleep(0.005)
-            while (event := await self.events.get())["type"] != "response.done":
-                pass
-        if event["response"]["status"] != "completed":
+        if event["response"]["status"] != "completed" or first_text is None:
             raise RuntimeError(f"a response {event['response']['status']}: {event['response'].get('status_details')}")
+        await asyncio.sleep(0.5)  # the speech has played out at the peer (response.done waits for it)
         first = next(f.at for f in recorder.frames if f.at >= sent and f.rms >= recorder.SILENCE_RMS)
-        return first - sent, recorder.voiced_frames(since=sent) * 0.02
+        return first_text, first - sent, recorder.voiced_frames(since=sent) * 0.02
 
     async def cancel_after_speech(self) -> float:
         """A response cancelled half a second into its speech; when the cancel was sent."""
@@ -109,6 +114,7 @@ class BenchCall:
 
 @dataclass
 class Figures:
+    first_text_s: list[float] = field(default_factory=list)
     first_audio_s: list[float] = field(default_factory=list)
     cancel_s: list[float] = field(default_factory=list)
     speech_s: list[float] = field(default_factory=list)
@@ -121,7 +127,8 @@ async def latencies(url: str, turns: int, figures: Figures) -> None:
     await call.connect(url)
     try:
         for _ in range(turns):
-            first, speech = await call.ask()
+            text, first, speech = await call.ask()
+            figures.first_text_s.append(text)
             figures.first_audio_s.append(first)
             figures.speech_s.append(speech)
             await asyncio.sleep(0.5)
@@ -195,21 +202,16 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="length of each CPU measurement")
     parser.add_argument("--every", type=float, default=5.0, help="seconds between a call's responses")
     parser.add_argument("--first-audio-delay", type=float, default=0.0, help="the duplex fake's, seconds")
+    # The duplex fake's answer lists its whole history, so it grows each turn: at this pace the first
+    # is about as long as the older fake's 1.2 s, and long enough to be cancelled half a second in.
+    parser.add_argument("--seconds-per-char", type=float, default=0.012, help="the duplex fake's speech")
     args = parser.parse_args()
 
     patches.apply()  # the headless peers gather on 127.0.0.1 only
     delay = str(args.first_audio_delay)
     # Speech generated in real time (a 0.2 s chunk every 0.2 s): a cancel finds the answer still running.
-    duplex = Genuine(
-        "--kind",
-        "realtime",
-        "--max-sessions",
-        str(2 * args.calls),
-        "--first-audio-delay",
-        delay,
-        "--chunk-interval",
-        "0.2",
-    )
+    pace = ["--first-audio-delay", delay, "--chunk-interval", "0.2", "--seconds-per-char", str(args.seconds_per_char)]
+    duplex = Genuine("--kind", "realtime", "--max-sessions", str(2 * args.calls), *pace)
     older = Genuine("--kind", "understand")
     try:
         realtime = await measure(duplex, "realtime", args)
@@ -221,6 +223,7 @@ async def main() -> None:
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
     print(f"the duplex fake's first audio after {args.first_audio_delay * 1000:.0f} ms; the older fake's at once")
     for name, figures in (("/v1/realtime         ", realtime), ("/v1/video/chat/stream", legacy)):
+        print(f"{name} response.create -> first transcript delta: {summary(figures.first_text_s)}")
         print(f"{name} response.create -> first voiced frame: {summary(figures.first_audio_s)}")
         print(f"{name} talker audio per response:        {summary(figures.speech_s)}")
         if figures.cancel_s:
