@@ -138,11 +138,16 @@ async def server_factory() -> AsyncIterator[ServerFactory]:
     servers: list[TestServer] = []
 
     async def factory(
-        engine: Any = None, video_engine: Any = None, spoken_sentences: int | None = None, **overrides: Any
+        engine: Any = None,
+        video_engine: Any = None,
+        spoken_sentences: int | None = None,
+        settings: Settings | None = None,
+        **overrides: Any,
     ) -> RunningServer:
-        """A server with FAST_SETTINGS plus overrides; `engine` / `video_engine` replace the synthetic ones;
+        """A server with FAST_SETTINGS plus overrides, or `settings` whole (a remote gateway's: its
+        engines are the ones they name); `engine` / `video_engine` replace the synthetic ones;
         `spoken_sentences` makes the understanding engine a ShortSpeechEngine."""
-        settings = Settings(**{**FAST_SETTINGS, **overrides})
+        settings = settings or Settings(**{**FAST_SETTINGS, **overrides})
         engines = await create_engines(settings)
         if spoken_sentences is not None:
             engine = ShortSpeechEngine(settings, spoken_sentences)

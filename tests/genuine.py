@@ -18,7 +18,6 @@ from typing import Any
 import aiohttp
 
 from rtc_omni.config import Settings
-from rtc_omni.engines import create_engines
 
 from .conftest import FAST_SETTINGS, RunningServer, ServerFactory
 from .tools import require_loopback_namespace, unavailable
@@ -131,5 +130,4 @@ class Vanishing:
 async def gateway_to(make_server: ServerFactory, *upstreams: str, **overrides: Any) -> RunningServer:
     """`rtc-omni serve --engine remote --upstream ...` (without --model), in this process."""
     settings = Settings(**{**FAST_SETTINGS, **overrides}, engine="remote", upstream=list(upstreams), upstream_retry=60)
-    engines = await create_engines(settings)
-    return await make_server(engine=engines.understand, video_engine=engines.generate)
+    return await make_server(settings=settings)
