@@ -33,16 +33,10 @@ from rtc_omni.cli import ice_warning, main
 from rtc_omni.config import Settings
 
 from .https_server import self_signed
-from .tools import require_tool
+from .tools import free_port, require_tool
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 RTC_OMNI = [sys.executable, "-m", "rtc_omni"]  # the `rtc-omni` console script, from this source tree
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def start_server(

@@ -9,7 +9,6 @@ import asyncio
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from rtc_omni.fleet.signatures import SIGNATURE_HEADER, signature
 from rtc_omni.signaling.ice import rtc_configuration
 
 from .serve_process import Served, call, mint_key, open_realtime, start_serve
-from .tools import require_tool
+from .tools import free_port, require_tool
 from .waiting import wait_until
 from .whep_player import WhepPlayer, viewing
 
@@ -296,12 +295,6 @@ def test_every_gateway_can_be_given_the_same_peer_list() -> None:
         environ={"RTC_OMNI_NODE_ID": "n1", "RTC_OMNI_PEER": peers, "RTC_OMNI_CLUSTER_KEY": CLUSTER_KEY}
     )
     assert settings.peers == {"n0": "http://gw0.internal:8080"}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def haproxy_config(port: int, gateways: dict[str, int]) -> str:

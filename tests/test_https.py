@@ -18,7 +18,7 @@ import pytest
 
 from .conftest import ServerFactory
 from .https_server import Certificate, rtc_omni_serve
-from .tools import require_tool
+from .tools import free_port, require_tool
 from .whep_player import WhepPlayer
 from .whip_client import SDP, publisher_offer
 
@@ -34,12 +34,6 @@ async def offer() -> AsyncIterator[str]:
     pc, sdp = await publisher_offer()
     yield sdp
     await pc.close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def documented_caddyfile(opening: str, backend: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from typing import NoReturn
 
 import pytest
@@ -24,6 +25,13 @@ def unavailable(reason: str) -> NoReturn:
     if under_ci():
         pytest.fail(f"cannot run under CI: {reason}")
     pytest.skip(reason)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago, for a server that cannot report the one it bound."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def require_tool(command: str, install: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import functools
 import io
 import json
@@ -22,7 +23,7 @@ import subprocess
 import tempfile
 import time
 import wave
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,9 @@ import pytest
 
 from rtc_omni.client.media import COLOURS, ColourVideoTrack, ToneAudioTrack
 from rtc_omni.client.rtc_peers import UnderstandClient
+from rtc_omni.engines.vllm_cpu.deploy import CPU_ENVIRONMENT, LAYOUTS, overlay
 
-from ..tools import require_loopback_namespace, unavailable
+from ..tools import free_port, require_loopback_namespace, unavailable
 from ..wsclient import WsClient, jpeg_b64, tone_pcm_b64
 
 # Marks for every file of these tests: a test's limit covers its share of its file's server start
@@ -131,30 +133,64 @@ class Served:
 
 
 def serve(python: str, model: Path, *options: str) -> Iterator[Served]:
+    """`rtc-omni serve --engine vllm --model MODEL` in the vLLM environment, until the caller is done."""
+
+    def url(lines: list[str]) -> str:
+        # A diffusion stage runs in the server's process, and vLLM prefixes that process's lines.
+        line = next((x for x in lines if "rtc-omni: engine=" in x), "")
+        return line.split(" on ")[-1].split()[0] if line else ""  # past it, " (2 workers)" with --workers 2
+
+    argv = [python, "-m", "rtc_omni", "serve", "--engine", "vllm", "--model", str(model), "--port", "0", *options]
+    yield from _run(argv, f"rtc-omni serve --engine vllm ({model.name})", url, {})
+
+
+def serve_qwen3_duplex(python: str, model: Path) -> Iterator[Served]:
+    """vLLM-Omni's own API server (`vllm-omni serve MODEL --omni`) with its Qwen3-Omni duplex deploy
+    on CPU: `/v1/realtime` duplex sessions, answered with `QWEN3_SHORT`'s lengths (a session's
+    sampling parameters are the deploy's defaults) by a thinker held to printable tokens."""
+    layout = dataclasses.replace(LAYOUTS["qwen3_omni_moe"], base_yaml="qwen3_omni_duplex.yaml")
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    )
+    deploy = overlay(layout, Path(site.stdout.strip()) / "vllm_omni" / "deploy")
+    thinker, talker = printable_only(QWEN3_SHORT, model)["sampling_params_list"]
+    for stage, params in zip(deploy["stages"], (thinker, talker), strict=False):  # code2wav keeps its own
+        stage["default_sampling_params"] = params
+    with tempfile.TemporaryDirectory(prefix="vllm-cpu-duplex-") as folder:
+        path = Path(folder) / "deploy.yaml"
+        path.write_text(json.dumps(deploy))  # YAML reads JSON
+        port = free_port()
+        argv = [python, "-m", "vllm_omni.entrypoints.cli.main", "serve", str(model), "--omni"]
+        argv += ["--deploy-config", str(path), "--host", "127.0.0.1", "--port", str(port)]
+
+        def url(lines: list[str]) -> str:
+            # uvicorn's line once vLLM-Omni's server accepts connections (its address is --port's)
+            return f"http://127.0.0.1:{port}" if any("Application startup complete" in x for x in lines) else ""
+
+        yield from _run(argv, f"vllm-omni serve ({model.name}, duplex)", url, CPU_ENVIRONMENT)
+
+
+def _run(argv: list[str], name: str, url: Callable[[list[str]], str], environment: dict[str, str]) -> Iterator[Served]:
+    """The server `argv` (in the vLLM environment), once `url` finds its address in its log lines."""
     log = Path(tempfile.mkstemp(prefix="vllm-cpu-serve-", suffix=".log")[1])
     started = time.monotonic()
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [python, "-m", "rtc_omni", "serve", "--engine", "vllm", "--model", str(model), "--port", "0", *options],
+            argv,
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=REPO,
-            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)},
+            env={**environment, **os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)},
         )
     served = Served("", process, log)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not served.url:
-            # A diffusion stage runs in the server's process, and vLLM prefixes that process's lines.
-            lines = log.read_text(errors="replace").splitlines()
-            line = next((x for x in lines if "rtc-omni: engine=" in x), "")
-            if line:
-                served.url = line.split(" on ")[-1].split()[0]  # past it, " (2 workers)" with --workers 2
-            elif process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"rtc-omni serve --engine vllm did not start:\n{served.tail()}")
-            else:
-                time.sleep(0.5)
-        timed(f"server ready ({model.name})", started)
+        while not (address := url(log.read_text(errors="replace").splitlines())):
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"{name} did not start:\n{served.tail()}")
+            time.sleep(0.5)
+        served.url = address
+        timed(f"server ready: {name}", started)
         yield served
     finally:
         process.terminate()
@@ -234,9 +270,14 @@ async def websocket_answers_with_text_and_speech(served: Served, config: dict[st
         with wave.open(io.BytesIO(base64.b64decode(event["data"]))) as wav:
             assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (24_000, 1, 2)
             samples.append(np.frombuffer(wav.readframes(wav.getnframes()), "<i2"))
-    speech = np.concatenate(samples).astype(np.float64) / 32768 if samples else np.zeros(0)
+    assert_audible(np.concatenate(samples) if samples else np.zeros(0, "<i2"))
+
+
+def assert_audible(pcm16: np.ndarray) -> None:
+    """The talker's 24 kHz speech: over 200 ms of it, and not silence."""
+    speech = pcm16.astype(np.float64) / 32768
     rms = float(np.sqrt(np.mean(speech**2))) if speech.size else 0.0
-    assert speech.size > 24_000 // 5 and rms > 0.01, (speech.size, rms)  # over 200 ms, not silence
+    assert speech.size > 24_000 // 5 and rms > 0.01, (speech.size, rms)
 
 
 async def websocket_generates(served: Served, request: dict[str, Any], chunks: int, frames: int) -> None:
