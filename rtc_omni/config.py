@@ -262,7 +262,7 @@ class Settings(BaseModel):
     )
     peer: list[str] = Field(
         default_factory=list,
-        description="Another gateway of the fleet, as NODE=URL (n1=http://10.0.0.2:8080; a DNS name is fine): "
+        description="Another gateway of the fleet, as NODE=URL (n1=http://gw1.internal:8080; an IP address is fine): "
         "requests for its sessions and keys are forwarded to it, signed with --cluster-key. Repeat for each; "
         "this node's own entry is skipped, so every gateway can be given the same list.",
     )
@@ -377,7 +377,7 @@ class Settings(BaseModel):
             try:
                 ipaddress.ip_network(entry, strict=False)
             except ValueError:
-                raise ValueError(f"{entry!r} is not an IP address or CIDR network (e.g. 10.0.0.0/8)") from None
+                raise ValueError(f"{entry!r} is not an IP address or CIDR network (e.g. 127.0.0.1 or ::1/128)") from None
         return value
 
     @model_validator(mode="after")

@@ -356,13 +356,18 @@ def test_a_key_that_is_not_the_certificates_is_named(tmp_path: Path) -> None:
 
 
 def test_a_public_host_with_loopback_only_ice_is_warned_about_with_the_flag_to_set() -> None:
-    # 192.0.2.1 (TEST-NET-1) is no address of this machine: the server stops right after the warning.
-    done = subprocess.run([*RTC_OMNI, "serve", "--host", "192.0.2.1"], capture_output=True, text=True, timeout=60)
+    # The port is taken (bound, never listening): the server stops right after the warning.
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        port = str(taken.getsockname()[1])
+        done = subprocess.run(
+            [*RTC_OMNI, "serve", "--host", "0.0.0.0", "--port", port], capture_output=True, text=True, timeout=60
+        )
     assert (
-        "warning: --host 192.0.2.1 takes requests from other machines, but ICE gathers on loopback only" in done.stderr
+        "warning: --host 0.0.0.0 takes requests from other machines, but ICE gathers on loopback only" in done.stderr
     )
     assert "Set --ice-address to an address of this machine they reach" in done.stderr
-    assert ice_warning(Settings(host="0.0.0.0", ice_address=["192.0.2.1"])) is None  # ICE reachable: no warning
+    assert ice_warning(Settings(host="0.0.0.0", ice_address=["all"])) is None  # ICE on every interface: no warning
     assert ice_warning(Settings()) is None  # all on loopback: nothing to warn about
 
 

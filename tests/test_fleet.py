@@ -278,7 +278,7 @@ async def test_the_admin_endpoint_drains_a_server_that_has_a_token_and_the_drain
     ("environ", "message"),
     [
         ({"RTC_OMNI_NODE_ID": "w1"}, "--node-id (RTC_OMNI_NODE_ID): a lower-case letter"),
-        ({"RTC_OMNI_NODE_ID": "n0", "RTC_OMNI_PEER": "n1=http://10.0.0.2:8080"}, "--peer needs --node-id"),
+        ({"RTC_OMNI_NODE_ID": "n0", "RTC_OMNI_PEER": "n1=http://127.0.0.1:9"}, "--peer needs --node-id"),
         ({"RTC_OMNI_PEER": "n1:8080"}, "'n1:8080' is not NODE=http://HOST:PORT"),
         ({"RTC_OMNI_CLUSTER_KEY": "short-secret"}, "--cluster-key must be at least 32 characters"),
     ],

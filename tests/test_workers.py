@@ -406,7 +406,7 @@ def test_vllm_with_several_workers_gives_the_workers_the_engine_process_as_their
     worker = remote_settings(settings, "ws://127.0.0.1:4321", "run-token")
     assert (worker.engine, worker.upstream, worker.model) == ("remote", ["ws://127.0.0.1:4321"], "m")
     assert worker.upstream_api_key == "run-token"
-    fleet = {"node_id": "n0", "peer": ["n1=http://10.0.0.3:8080"], "cluster_key": "k" * 32}
+    fleet = {"node_id": "n0", "peer": ["n1=http://127.0.0.1:9"], "cluster_key": "k" * 32}
     engine = engine_settings(settings.model_copy(update={"auth_token": "clients-token", **fleet}), 2, "run-token")
     # Every session reaches the engine from 127.0.0.1: no per-client limit may count them as one client.
     assert (engine.engine, engine.model, engine.worker_count) == ("vllm", "m", 1)
