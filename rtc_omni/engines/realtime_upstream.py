@@ -45,7 +45,7 @@ from .engine import (
     UnderstandTurn,
     Usage,
 )
-from .upstream import UpstreamPool, UpstreamSocket
+from .upstream import UpstreamPool, UpstreamSocket, b64text, check_answer_length
 from .upstream_session import CLOSED_MID_REQUEST, MAX_DETAIL_CHARS, too_big_message
 
 logger = logging.getLogger(__name__)
@@ -62,7 +62,6 @@ OPENAI_PCM_RATE = 24_000  # the one rate of OpenAI's audio/pcm
 APPEND_BYTES = 48_000  # at most 1 s of PCM16 per input_audio_buffer.append
 MAX_IMAGES = 8  # vLLM-Omni's Qwen3-Omni duplex keeps at most 8 images per prompt
 RESPONSE_EVENT_QUEUE = 256  # a full queue holds the reader (and the socket) back
-MAX_ANSWER_CHARS = 1024 * 1024  # one answer's transcript or text
 LOST = "The model server's session was lost; a new one answers from the conversation's text"
 _DROPPED = None  # the reader's word to a waiting response: the socket went away
 
@@ -72,10 +71,6 @@ class NotServed(EngineError):
 
     def __init__(self) -> None:
         super().__init__("no upstream serves /v1/realtime sessions")
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
 
 
 def _error_text(event: dict[str, Any]) -> str:
@@ -239,8 +234,7 @@ class RealtimeUpstreamSession:
                 delta = event.get("delta")
                 if isinstance(delta, str) and delta:
                     chars += len(delta)
-                    if chars > MAX_ANSWER_CHARS:
-                        raise EngineError(f"the upstream answered over {MAX_ANSWER_CHARS} characters")
+                    check_answer_length(chars)
                     yield TextDelta(delta)
             elif kind == "response.output_audio.delta":
                 delta = event.get("delta")
@@ -287,7 +281,7 @@ class RealtimeUpstreamSession:
             digest = hashlib.md5(frame.jpeg, usedforsecurity=False).hexdigest()
             if digest in self._mirror.images:
                 continue
-            url = "data:image/jpeg;base64," + _b64(frame.jpeg)
+            url = "data:image/jpeg;base64," + b64text(frame.jpeg)
             created = await self._create(socket, _user_item({"type": "input_image", "image_url": url}))
             if created is not None:
                 self._mirror.images[digest] = created
@@ -304,7 +298,7 @@ class RealtimeUpstreamSession:
                 audio = await asyncio.to_thread(convert, audio, INPUT_SAMPLE_RATE, self._input_rate)
             for start in range(0, len(audio), APPEND_BYTES):
                 chunk = audio[start : start + APPEND_BYTES]
-                await self._send(socket, {"type": "input_audio_buffer.append", "audio": _b64(chunk)})
+                await self._send(socket, {"type": "input_audio_buffer.append", "audio": b64text(chunk)})
             committed = await self._request(
                 socket, {"type": "input_audio_buffer.commit"}, "input_audio_buffer.committed"
             )

@@ -47,7 +47,7 @@ from .engine import (
     VideoChunk,
 )
 from .realtime_upstream import NotServed, RealtimeUpstreamSession
-from .upstream import Upstream, UpstreamPool
+from .upstream import Upstream, UpstreamPool, check_answer_length
 from .upstream_session import CLOSED_MID_REQUEST, UpstreamSession, UpstreamTurn, too_big_message, unreadable
 
 logger = logging.getLogger(__name__)
@@ -56,7 +56,6 @@ INTERACTION_TIMEOUT_S = 5.0
 # What one upstream message may weigh, by kind, so a hostile or broken upstream costs at most this.
 # A generation's fMP4 chunks may weigh the pool's default (upstream.DEFAULT_MAX_MESSAGE_BYTES).
 EVENT_BYTES = 1024 * 1024  # one JSON event of a generation, checked before it is parsed
-MAX_ANSWER_CHARS = 1024 * 1024  # one turn's text, over all its deltas (a model's answer is a few KB)
 INTERACTION_ERROR_CODES = ("event_id_conflict", "interaction_failed", "invalid_interaction")
 
 
@@ -181,8 +180,7 @@ class RemoteUnderstandEngine:
                             yield event
                         case understand_proto.TextDeltaEvent(delta=delta):
                             text += delta
-                            if len(text) > MAX_ANSWER_CHARS:
-                                raise EngineError(f"the upstream answered over {MAX_ANSWER_CHARS} characters")
+                            check_answer_length(len(text))
                             yield TextDelta(delta)
                         case understand_proto.TextDone(text=whole) if whole.startswith(text) and whole != text:
                             # Without async chunking upstream sends no deltas, only the full text here.

@@ -17,6 +17,7 @@ Upstream addresses stay in logs and metrics: messages that reach clients never n
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -31,6 +32,18 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # the largest kind: one generated fMP4 chunk
 NOT_SERVING_RECHECK_S = 300.0
+MAX_ANSWER_CHARS = 1024 * 1024  # one answer's text over all its deltas (a model's answer is a few KB)
+
+
+def check_answer_length(chars: int) -> None:
+    """EngineError once an upstream's answer passes MAX_ANSWER_CHARS: a broken one costs no more."""
+    if chars > MAX_ANSWER_CHARS:
+        raise EngineError(f"the upstream answered over {MAX_ANSWER_CHARS} characters")
+
+
+def b64text(data: bytes) -> str:
+    """Bytes as the base64 text a JSON event carries."""
+    return base64.b64encode(data).decode("ascii")
 
 
 @dataclass

@@ -17,7 +17,6 @@ says so (`ContextLost`). Upstream addresses go to the log, never into a client-f
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -30,7 +29,7 @@ from ..pcm import MAX_AUDIO_BUFFER_BYTES
 from ..protocol import understand_messages as understand_proto
 from ..protocol.codec import DecodedEvent, MalformedEvent, ServerEvent, UnknownEvent
 from .engine import ContextLost, EngineError, LiveSettings
-from .upstream import UpstreamPool, UpstreamSocket
+from .upstream import UpstreamPool, UpstreamSocket, b64text
 
 logger = logging.getLogger(__name__)
 
@@ -77,10 +76,6 @@ def unreadable(event: MalformedEvent) -> str:
         else f"a malformed {event.type} event: {event.problem}"
     )
     return f"the upstream sent {what}"[:MAX_DETAIL_CHARS]
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
 
 
 @dataclass
@@ -162,7 +157,7 @@ class UpstreamSession:
             try:
                 await ws.send_json(self._config_message())
                 for image in list(self._held):
-                    await ws.send_json({"type": "video.frame", "data": _b64(image)})
+                    await ws.send_json({"type": "video.frame", "data": b64text(image)})
             except (aiohttp.ClientError, ConnectionError) as exc:
                 logger.warning("session %s: upstream %s failed at setup: %s", self.session_id, upstream.url, exc)
                 self.pool.mark_down(upstream)
@@ -242,10 +237,10 @@ class UpstreamSession:
                 if self._turn_events is not None:
                     await self._turn_events.put(_CLOSED)
                 continue
-            messages = [{"type": "video.frame", "data": _b64(image)} for image in self._pending_frames]
+            messages = [{"type": "video.frame", "data": b64text(image)} for image in self._pending_frames]
             self._pending_frames.clear()
             if self._pending_audio and self._audio_in_step:
-                messages.append({"type": "audio.chunk", "data": _b64(bytes(self._pending_audio))})
+                messages.append({"type": "audio.chunk", "data": b64text(bytes(self._pending_audio))})
             self._pending_audio.clear()
             if self._pending_query is not None:
                 messages.append(self._pending_query)
@@ -276,7 +271,7 @@ class UpstreamSession:
                 self.add_frame(image)  # e.g. the newest camera frame, which EVS kept out of the buffer
         query: dict[str, Any] = {"type": "video.query", "text": turn.query}
         if turn.audio_pcm16 and not self._audio_in_step:
-            query["audio_data"] = _b64(turn.audio_pcm16)
+            query["audio_data"] = b64text(turn.audio_pcm16)
         events: asyncio.Queue[DecodedEvent | None] = asyncio.Queue(TURN_EVENT_QUEUE)
         if connection.reader is not None and connection.reader.done():  # it went away before this turn
             events.put_nowait(_CLOSED)
