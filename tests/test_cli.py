@@ -363,9 +363,7 @@ def test_a_public_host_with_loopback_only_ice_is_warned_about_with_the_flag_to_s
         done = subprocess.run(
             [*RTC_OMNI, "serve", "--host", "0.0.0.0", "--port", port], capture_output=True, text=True, timeout=60
         )
-    assert (
-        "warning: --host 0.0.0.0 takes requests from other machines, but ICE gathers on loopback only" in done.stderr
-    )
+    assert "warning: --host 0.0.0.0 takes requests from other machines, but ICE gathers on loopback only" in done.stderr
     assert "Set --ice-address to an address of this machine they reach" in done.stderr
     assert ice_warning(Settings(host="0.0.0.0", ice_address=["all"])) is None  # ICE on every interface: no warning
     assert ice_warning(Settings()) is None  # all on loopback: nothing to warn about

@@ -7,7 +7,6 @@ are about what the publisher sends, not about speech."""
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import sys
 import time
@@ -16,12 +15,9 @@ from pathlib import Path
 import aioice.ice
 import av
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from .conftest import RunningServer, ServerFactory
+from .https_server import self_signed
 from .tools import require_loopback_namespace, unavailable
 from .waiting import server_tasks, wait_until
 from .whip_client import ask_about_colour_and_tone
@@ -32,36 +28,15 @@ TOKEN = "ffmpeg-token"
 PUBLISH_SECONDS = 30  # at most: the test closes the publisher's stdin once the controller has asked
 
 
-def write_ecdsa_certificate(directory: Path) -> tuple[Path, Path]:
-    """A P-256 ECDSA certificate: FFmpeg's own generated one fails DTLS against aiortc."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ffmpeg-whip")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "whip_cert.pem", directory / "whip_key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
-
-
 async def start_publisher(server: RunningServer, directory: Path, seconds: float) -> asyncio.subprocess.Process:
     """FFmpeg's WHIP muxer publishing red and 440 Hz to the server for `seconds`, in a subprocess; closing
     its stdin stops it sooner."""
     require_loopback_namespace()
     if "whip" not in av.formats_available:
         unavailable(f"PyAV {av.__version__}'s FFmpeg has no whip muxer (pip install -U av: its wheels bundle FFmpeg 8)")
-    cert, key = write_ecdsa_certificate(directory)
+    # A P-256 ECDSA certificate: FFmpeg's own generated one fails DTLS against aiortc.
+    whip = self_signed(directory, "whip")
+    cert, key = whip.cert, whip.key
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
