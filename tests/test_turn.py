@@ -8,6 +8,7 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import random
 import socket
 import time
 from collections import deque
@@ -41,10 +42,24 @@ def relay_ports_below_ephemeral(port: int) -> int:
     return 10_000 + (port % slots) * RELAY_PORTS
 
 
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+LISTEN_PORTS = range(6_000, 10_000)  # below the relay ports and the kernel's ephemeral range
+
+
+def free_listening_port() -> int:
+    """A port coturn can listen on, UDP and TCP both, outside the kernel's ephemeral range.
+
+    A port the kernel handed out was once chosen here: any peer's ICE socket or client connection
+    could take it, for TCP only, before coturn bound it, and coturn then served no allocation (a
+    full suite run saw it). Ports below the range are taken only by a bind that names them."""
+    for port in random.sample(LISTEN_PORTS, 64):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp, socket.socket() as tcp:
+            try:
+                udp.bind(("127.0.0.1", port))
+                tcp.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port for coturn in {LISTEN_PORTS}")
 
 
 @pytest.fixture
@@ -56,7 +71,7 @@ async def coturn(tmp_path: Path) -> AsyncIterator[str]:
     """
     require_loopback_namespace()
     require_tool("turnserver", "apt-get install coturn")
-    port = free_udp_port()
+    port = free_listening_port()
     relay_from = relay_ports_below_ephemeral(port)
     process = await asyncio.create_subprocess_exec(
         str(ROOT / "turn" / "run-coturn.sh"),
