@@ -377,9 +377,7 @@ class Settings(BaseModel):
             try:
                 ipaddress.ip_network(entry, strict=False)
             except ValueError:
-                raise ValueError(
-                    f"{entry!r} is not an IP address or CIDR network (e.g. 127.0.0.1, ::1/128)"
-                ) from None
+                raise ValueError(f"{entry!r} is not an IP address or CIDR network (e.g. 127.0.0.1, ::1/128)") from None
         return value
 
     @model_validator(mode="after")
