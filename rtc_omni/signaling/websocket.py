@@ -43,6 +43,7 @@ from ..sessions.journal import (
 )
 from ..sessions.registry import SessionLimitReached
 from ..tasks import TaskSet
+from .capabilities import resume_headers
 from .client_secrets import opening_config, spend_key
 from .factory import AnySession, KindNotServed, Services, create_session
 from .keys import REGISTRY, SETTINGS
@@ -429,17 +430,21 @@ async def _serve(
     services, registry = Services.of(request.app), request.app[REGISTRY]
     settings = services.settings
     ws = web.WebSocketResponse(max_msg_size=max_msg_size, heartbeat=HEARTBEAT_S if settings.resume_grace else None)
+    resuming = request.query.get(RESUME_PARAMETER) == "1" and settings.resume_grace > 0
+    session_id = registry.new_session_id()
+    SESSION_ID.set(session_id)
+    resumable = _resumable(settings, session_id)
+    if not resuming:  # a ?resume=1 socket may resume another session: its session.resumed says which
+        ws.headers.update(resume_headers(session_id, resumable))
     await ws.prepare(request)
     then: str | None = None
-    if request.query.get(RESUME_PARAMETER) == "1" and settings.resume_grace > 0:
+    if resuming:
         then = await _first_message(ws, settings.config_timeout)
         if then is None:
             return await _refuse(ws, "a ?resume=1 socket must send session.resume (or a first message) in time")
         if _is_resume(then):
             return await _resume(request, ws, kind, then)
-    session_id = registry.new_session_id()
-    SESSION_ID.set(session_id)
-    carrier = WebSocketCarrier(settings.websocket_audio_events, _resumable(settings, session_id))
+    carrier = WebSocketCarrier(settings.websocket_audio_events, resumable)
     try:
         session = create_session(
             kind, session_id, services, carrier, strict_reference=True, realtime_config=realtime_config
