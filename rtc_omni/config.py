@@ -159,6 +159,27 @@ class Settings(BaseModel):
         description="Seconds a connected peer may send nothing at all (media, RTCP, DataChannel) before its "
         "session is freed: a peer that vanished without a goodbye.",
     )
+    resume_grace: float = Field(
+        30.0,
+        ge=0,
+        lt=60,
+        description="Seconds a session outlives a lost connection (a network change, a laptop waking) for its "
+        "client to resume it with its resume token (docs/resume.md); 0: no resume, a session ends with its "
+        "connection. Below 60 s, the talker's write timeout: a detached session's parked speech must not "
+        "fail its answer.",
+    )
+    resume_journal_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=64 * 1024,
+        description="Bytes of sent events one session keeps for a resuming client to be sent again; older ones "
+        "are dropped, and a client that missed them is told to resync (session.resync_required).",
+    )
+    resume_journal_retain_s: float = Field(
+        20.0,
+        gt=0,
+        description="Seconds a sent event is kept while its client is connected (a silent death is noticed "
+        "within --peer-silence-timeout); clients that send session.event_ack free it sooner.",
+    )
     publisher_media_timeout: float = Field(
         10.0,
         gt=0,

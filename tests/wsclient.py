@@ -90,6 +90,12 @@ class WsClient:
         async with asyncio.timeout(timeout):
             await self.closed.wait()
 
+    def vanish(self) -> None:
+        """Drop the connection with no closing handshake, as a network change does."""
+        connection = self.ws._response.connection
+        assert connection is not None and connection.transport is not None
+        connection.transport.abort()
+
     async def close(self) -> None:
         await self.ws.close()
         self._reader.cancel()

@@ -73,6 +73,13 @@ class NotServed(EngineError):
         super().__init__("no upstream serves /v1/realtime sessions")
 
 
+def _is_vllm_duplex(session: object) -> bool:
+    """Whether `session.created` describes vLLM-Omni's duplex session (its own object, with
+    `capabilities`), not an OpenAI Realtime session (`type: "realtime"`: OpenAI, an rtc-omni engine
+    process), though both may give a resume token."""
+    return isinstance(session, dict) and "capabilities" in session and session.get("type") != "realtime"
+
+
 def _error_text(event: dict[str, Any]) -> str:
     """An upstream `error` event's message (vLLM-Omni nests it as OpenAI does, or gives a string)."""
     error = event.get("error")
@@ -119,7 +126,8 @@ class RealtimeUpstreamSession:
         self.settings = settings
         self._socket: UpstreamSocket | None = None
         self._upstream_session: str | None = None  # the upstream's session id, for resume
-        self._token: str | None = None  # vLLM-Omni's duplex sessions have one; OpenAI Realtime servers not
+        self._token: str | None = None  # a resumable upstream's (vLLM-Omni, rtc-omni); OpenAI's has none
+        self._duplex = False  # vLLM-Omni's duplex session (its extensions: playback acks, 16 kHz input)
         self._seq = 0  # the last server_event_seq received
         self._mirror = _Mirror()
         self._speaking: _Played | None = None  # the running answer's audio, as it comes
@@ -381,6 +389,7 @@ class RealtimeUpstreamSession:
             self._context_lost = LOST
         self._mirror.clear()
         self._played = None
+        self._seq = 0  # a new session numbers its events from 1
         self._instructions = self.settings.system_prompt  # the first session.update's
         for _ in range(len(self.pool.upstreams)):
             if not any(u.serves for u in self.pool.upstreams):
@@ -399,6 +408,7 @@ class RealtimeUpstreamSession:
                 continue  # it serves no duplex sessions: marked, the next one is tried
             self._upstream_session = str((created.get("session") or {}).get("id") or created.get("session_id") or "")
             self._token = created.get("resume_token") if isinstance(created.get("resume_token"), str) else None
+            self._duplex = _is_vllm_duplex(created.get("session"))
             self._start_reader(socket)
             if self._duplex and self._keepalive is None:
                 self._keepalive = asyncio.get_running_loop().create_task(self._heartbeat())
@@ -439,12 +449,6 @@ class RealtimeUpstreamSession:
         if not new:
             params["resume"] = "1"  # vLLM-Omni's own client marks a resume so
         return "?" + urlencode(params)
-
-    @property
-    def _duplex(self) -> bool:
-        """The upstream is vLLM-Omni's duplex session (its extensions: resume, playback acks, audio
-        at the model's 16 kHz), not another OpenAI Realtime server (an rtc-omni engine process)."""
-        return self._token is not None
 
     @property
     def _input_rate(self) -> int:

@@ -30,6 +30,7 @@ from aiohttp.typedefs import Handler, Middleware
 from aiohttp.web_log import AccessLogger
 from yarl import URL
 
+from ..sessions.journal import Resumable
 from .auth import GRANT, OPEN_PATHS, OPEN_PREFIXES, bearer_credentials
 from .keys import SETTINGS
 
@@ -37,6 +38,9 @@ Scope = Literal["control", "view"]
 TOKEN_PARAMETER = "access_token"  # RFC 6750 section 2.3
 SESSION_TOKEN_HEADER = "Session-Token"
 VIEW_TOKEN_HEADER = "View-Token"
+SESSION_ID_HEADER = "Session-Id"
+RESUME_TOKEN_HEADER = "Resume-Token"
+GENERATION_HEADER = "Attachment-Generation"
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="rtc-omni"'}
 
 
@@ -157,6 +161,17 @@ def credential_headers(request: web.Request, session_id: str) -> dict[str, str]:
     """The same, as the response headers of the endpoints that answer with SDP (WHIP, realtime calls)."""
     credentials = session_credentials(request, session_id)
     return {SESSION_TOKEN_HEADER: credentials["session_token"], VIEW_TOKEN_HEADER: credentials["view_token"]}
+
+
+def resume_headers(session_id: str, resumable: Resumable | None) -> dict[str, str]:
+    """What a client needs to resume the session, as response headers (none without resume)."""
+    if resumable is None:
+        return {}
+    return {
+        SESSION_ID_HEADER: session_id,
+        RESUME_TOKEN_HEADER: resumable.token,
+        GENERATION_HEADER: str(resumable.generation),
+    }
 
 
 class RedactingAccessLogger(AccessLogger):
