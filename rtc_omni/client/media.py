@@ -7,6 +7,7 @@ import fractions
 import time
 import wave
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -296,10 +297,15 @@ class AudioRecorder:
         self.frames: deque[ReceivedAudioFrame] = deque(maxlen=max_frames)
         self.pcm: deque[bytes] = deque(maxlen=max_frames)
         self.echo_to: asyncio.Queue[np.ndarray] | None = None  # a ScriptedAudioTrack's echo input
-        self.task = asyncio.ensure_future(self._run())
+        self._tasks = [asyncio.ensure_future(self._run(track))]
 
-    async def _run(self) -> None:
-        async for frame in iter_frames(self.track):
+    def follow(self, track: MediaStreamTrack) -> None:
+        """Go on recording from `track`: the same session's audio on a resumed connection."""
+        self.track = track
+        self._tasks.append(asyncio.ensure_future(self._run(track)))
+
+    async def _run(self, track: MediaStreamTrack) -> None:
+        async for frame in iter_frames(track):
             # Kept in 20 ms pieces whatever the packet time (the talker sends 60 ms), so counts of
             # voiced frames stay counts of 20 ms.
             everything = frame.to_ndarray().reshape(-1, len(frame.layout.channels))[:, 0]
@@ -323,8 +329,14 @@ class AudioRecorder:
             out.writeframes(b"".join(self.pcm))
 
     async def stop(self) -> None:
-        self.task.cancel()
-        await asyncio.gather(self.task, return_exceptions=True)
+        await _cancel(self._tasks)
+
+
+async def _cancel(tasks: Sequence[asyncio.Future[None]]) -> None:
+    """Cancel `tasks` and wait until they ended."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _open_media_file(spec: str, keywords: str) -> MediaPlayer:
@@ -393,10 +405,15 @@ class VideoReceiver:
         self.track = track
         self.frames: deque[ReceivedVideoFrame] = deque(maxlen=keep_frames)
         self.writer = Mp4Recorder(Path(out_path), fps) if out_path else None
-        self.task = asyncio.ensure_future(self._run())
+        self._tasks = [asyncio.ensure_future(self._run(track))]
 
-    async def _run(self) -> None:
-        async for frame in iter_frames(self.track):
+    def follow(self, track: MediaStreamTrack) -> None:
+        """Go on receiving from `track`: the same session's video on a resumed connection."""
+        self.track = track
+        self._tasks.append(asyncio.ensure_future(self._run(track)))
+
+    async def _run(self, track: MediaStreamTrack) -> None:
+        async for frame in iter_frames(track):
             at = time.monotonic()
             rgb = frame.to_ndarray(format="rgb24")
             body = rgb[rgb.shape[0] // 5 :]
@@ -410,7 +427,6 @@ class VideoReceiver:
                 await self.writer.write(rgb)
 
     async def stop(self) -> None:
-        self.task.cancel()
-        await asyncio.gather(self.task, return_exceptions=True)
+        await _cancel(self._tasks)
         if self.writer is not None:
             await self.writer.finish()
