@@ -82,6 +82,9 @@ async def test_every_session_route_reaches_the_worker_that_owns_it(served: Serve
                     await controller.connect(kind="control", session_id=one_of_worker.session_id)
                 finally:
                     await controller.close()
+            # So does a resume, which names the session in its body too.
+            for _ in range(3):
+                await one_of_worker.resume()
             # A WHEP player's offer and its viewer resource (Location) reach the owner too.
             player = WhepPlayer("audio")
             try:
