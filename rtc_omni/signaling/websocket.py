@@ -238,6 +238,7 @@ class WebSocketSession:
         if self.resumable is not None:
             self.resumable.attach()
             self.resumable.confirm()  # its session.resumed is queued ahead of everything else
+            self.session.connection_changed()
         tasks = TaskSet()
         tasks.spawn(socket.outbox.run())
         if not self._started:
@@ -302,6 +303,7 @@ class WebSocketSession:
         self._socket = None
         self.carrier.attach(None)
         self.resumable.detach(self.close)
+        self.session.connection_changed()
         await tasks.cancel_all()
         if socket.transport is not None:
             socket.transport.abort()
