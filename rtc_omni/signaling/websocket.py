@@ -46,7 +46,7 @@ from ..tasks import TaskSet
 from .capabilities import resume_headers
 from .client_secrets import opening_config, spend_key
 from .factory import AnySession, KindNotServed, Services, create_session
-from .keys import REGISTRY, SETTINGS
+from .keys import REGISTRY, SETTINGS, SOCKET_RELAY
 from .limits import opens_session
 
 logger = logging.getLogger(__name__)
@@ -238,6 +238,7 @@ class WebSocketSession:
         if self.resumable is not None:
             self.resumable.attach()
             self.resumable.confirm()  # its session.resumed is queued ahead of everything else
+            self.session.connection_changed()
         tasks = TaskSet()
         tasks.spawn(socket.outbox.run())
         if not self._started:
@@ -302,6 +303,7 @@ class WebSocketSession:
         self._socket = None
         self.carrier.attach(None)
         self.resumable.detach(self.close)
+        self.session.connection_changed()
         await tasks.cancel_all()
         if socket.transport is not None:
             socket.transport.abort()
@@ -393,6 +395,9 @@ async def _resume(request: web.Request, ws: web.WebSocketResponse, kind: str, ra
         detail = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
         return await _refuse(ws, f"invalid session.resume: {detail}", INVALID_RESUME)
     binding = request.app[REGISTRY].get(asked.session_id)
+    relay = request.app.get(SOCKET_RELAY)
+    if binding is None and relay is not None and await relay.relay_websocket(request, ws, raw, asked.session_id):
+        return ws
     try:
         if binding is None:
             raise ResumeRefused(RESUME_EXPIRED, f"unknown or expired session: {asked.session_id}")
