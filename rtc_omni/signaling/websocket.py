@@ -24,7 +24,6 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from pydantic import BaseModel, ValidationError
 from pydantic import Field as PydanticField
 
-from ..config import Settings
 from ..logs import SESSION_ID
 from ..media.fmp4_sink import Fmp4ChunkSink
 from ..protocol import generate_messages as generate_proto
@@ -40,6 +39,7 @@ from ..sessions.journal import (
     ResumeRefused,
     dumps,
     envelope,
+    resumable_session,
 )
 from ..sessions.registry import SessionLimitReached
 from ..tasks import TaskSet
@@ -423,12 +423,6 @@ def _is_resume(raw: str) -> bool:
     return isinstance(message, dict) and message.get("type") == "session.resume"
 
 
-def _resumable(settings: Settings, session_id: str) -> Resumable | None:
-    if settings.resume_grace <= 0:
-        return None
-    return Resumable(session_id, settings.resume_grace, settings.resume_journal_bytes, settings.resume_journal_retain_s)
-
-
 async def _serve(
     request: web.Request, kind: str, max_msg_size: int, realtime_config: dict[str, Any] | None = None
 ) -> web.WebSocketResponse:
@@ -438,7 +432,7 @@ async def _serve(
     resuming = request.query.get(RESUME_PARAMETER) == "1" and settings.resume_grace > 0
     session_id = registry.new_session_id()
     SESSION_ID.set(session_id)
-    resumable = _resumable(settings, session_id)
+    resumable = resumable_session(settings, session_id)
     if not resuming:  # a ?resume=1 socket may resume another session: its session.resumed says which
         ws.headers.update(resume_headers(session_id, resumable))
     await ws.prepare(request)
