@@ -19,6 +19,7 @@ from rtc_omni.client.rtc_peers import RealtimeClient, SignalingError, Understand
 from rtc_omni.engines import SyntheticEngine
 from rtc_omni.pcm import TALKER_SAMPLE_RATE
 from rtc_omni.signaling.ice import rtc_configuration
+from rtc_omni.signaling.keys import DRAIN
 
 from .conftest import ClientFactory, RunningServer, ServerFactory, http_json
 from .waiting import wait_until
@@ -111,12 +112,19 @@ async def test_a_new_peer_takes_over_mid_answer_and_gets_the_rest(
         await new.close()
 
 
-@pytest.mark.parametrize("cut", ["mid-speech", "at the answer's start"])
+@pytest.mark.parametrize(
+    ("cut", "silence_timeout"),
+    [
+        ("mid-speech", 1.0),
+        ("at the answer's start", 1.0),
+        ("mid-speech", 3.0),  # the talker is parked on suspicion (2 s quiet) before the loss is declared
+    ],
+)
 async def test_a_peer_lost_without_a_goodbye_resumes_and_hears_the_whole_answer(
-    make_server: ServerFactory, make_client: ClientFactory, cut: str
+    make_server: ServerFactory, make_client: ClientFactory, cut: str, silence_timeout: float
 ) -> None:
     engine = SteadySpeechEngine(0.05, 200.0, 8.0, "tone")  # generated 8x faster than it is spoken
-    server = await make_server(engine=engine, **RESUME)
+    server = await make_server(engine=engine, **{**RESUME, "peer_silence_timeout": silence_timeout})
     client = await make_client(server, colour="red", tone=440.0, config={})
     await client.wait_event("video.frame.ack")
     mark = len(client.events)
@@ -132,6 +140,8 @@ async def test_a_peer_lost_without_a_goodbye_resumes_and_hears_the_whole_answer(
     await client.resume()
 
     await client.wait_event("response.audio.done", after=mark, timeout=15)
+    talker = server.registry.get(client.session_id).outgoing
+    await wait_until(lambda: talker.buffered_ms == 0, timeout=5)  # what was played again, too
     await asyncio.sleep(0.5)  # its last packets play out
     assert client.recorder is not None
     heard_ms = client.recorder.voiced_frames() * FRAME_MS
@@ -164,6 +174,19 @@ async def test_a_rotated_out_token_is_refused(server: RunningServer, make_client
     assert status == 401 and body["code"] == "invalid_resume_token"
     stats = await session_stats(server, client)
     assert stats["resumes"] == 1 and stats["attached"]
+
+
+async def test_the_client_resumes_by_itself_and_a_draining_server_lets_it(
+    make_server: ServerFactory, make_client: ClientFactory
+) -> None:
+    server = await make_server(resume_grace=10.0, peer_silence_timeout=1.0)
+    client = await make_client(server, colour="red", tone=440.0, config={"modalities": ["text"]}, auto_resume=True)
+    server.app[DRAIN].start()  # no new session, but a resume opens none
+    cut_network(client.pc)
+    await wait_until(lambda: client.resumes == 1, timeout=15)  # it noticed the silence, and resumed
+    await client.wait_event("video.frame.ack", after=len(client.events))  # the camera, on the new connection
+    result = await client.ask("Still there?")
+    assert result.text and not result.errors and client.ended is None
 
 
 async def test_a_peer_that_closes_its_connection_ends_the_session_at_once(

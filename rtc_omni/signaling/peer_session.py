@@ -509,6 +509,7 @@ class _PrimaryLink(_PeerLink):
     async def _close_after(self, delay: float) -> None:
         await asyncio.sleep(delay)
         await self.close()
+        self.host._replaced.discard(self)
 
     async def close(self) -> None:
         if self.closed.is_set():
