@@ -135,7 +135,7 @@ async def test_a_websocket_session_is_resumed_through_the_other_gateway(fleet: F
 
 
 @pytest.mark.media
-async def test_a_controller_attaches_through_the_other_gateway(fleet: Fleet2) -> None:
+async def test_a_controller_attaches_and_a_peer_resumes_through_the_other_gateway(fleet: Fleet2) -> None:
     session = UnderstandClient(fleet.n0.url, video=None, audio=None)
     await session.connect()
     controller = UnderstandClient(fleet.n1.url, video=None, audio=None, token=session.session_token)
@@ -144,6 +144,9 @@ async def test_a_controller_attaches_through_the_other_gateway(fleet: Fleet2) ->
         controller.send("{broken")  # answered by n0's session, on the controller's own channel
         assert controller.session_id == session.session_id
         assert (await controller.wait_event("error"))["message"] == "Invalid JSON in session.config"
+        session.server = fleet.n1.url  # a resume names its session in the body too
+        await session.resume()
+        assert session.resumes == 1
     finally:
         await controller.close()
         await session.close()
