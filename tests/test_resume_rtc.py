@@ -164,7 +164,7 @@ async def test_a_resume_after_the_grace_is_refused(make_server: ServerFactory, m
     assert refused.value.status == 404 and refused.value.body["code"] == "session_resume_expired"
 
 
-async def test_a_rotated_out_token_is_refused(server: RunningServer, make_client: ClientFactory) -> None:
+async def test_a_rotated_out_token_and_a_gap_are_refused(server: RunningServer, make_client: ClientFactory) -> None:
     client = await make_client(server, colour=None, tone=None)
     spent = client.resume_token
     await client.resume()
@@ -172,8 +172,11 @@ async def test_a_rotated_out_token_is_refused(server: RunningServer, make_client
     offer = {"type": "offer", "sdp": await offer_sdp(), "kind": "resume", "session_id": client.session_id}
     status, body = await http_json(server, "POST", "/v1/rtc/offer", json={**offer, "resume_token": spent})
     assert status == 401 and body["code"] == "invalid_resume_token"
+    unknown = {**offer, "resume_token": client.resume_token, "last_received_server_event_seq": 10**6}
+    status, body = await http_json(server, "POST", "/v1/rtc/offer", json=unknown)  # events it cannot have had
+    assert status == 409 and body["code"] == "journal_gap"
     stats = await session_stats(server, client)
-    assert stats["resumes"] == 1 and stats["attached"]
+    assert stats["resumes"] == 1 and stats["attached"]  # neither refusal touched the session
 
 
 async def test_the_client_resumes_by_itself_and_a_draining_server_lets_it(

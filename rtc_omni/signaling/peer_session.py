@@ -694,10 +694,14 @@ class PeerSession:
             link = _PrimaryLink(self, resumed=True)
             async with closed_on_failure(link):
                 answer = await link.accept(offer)
+            try:
                 if self.closed.is_set():
                     raise ResumeRefused(RESUME_EXPIRED, "the session ended meanwhile")
                 # From here on nothing awaits: no event can slip between the replay and the new link.
                 replay = resumable.resume(token, resumable.journal.head if last_seq is None else last_seq, allow_resync)
+            except ResumeRefused:
+                await link.close()
+                raise
         finally:
             self._resuming = False
         previous, self.link = self.link, link
