@@ -1,7 +1,7 @@
 // The Generate view: a generation session (prompt in, generated video out on an RTP track).
 
-import { deleteSession, fetchRecording } from "./api.js";
-import { connectSession, lostReason } from "./rtc.js";
+import { fetchRecording } from "./api.js";
+import { RECONNECTING, connectSession } from "./rtc.js";
 import { $, Notice, setText } from "./ui.js";
 
 const PROGRESS_INTERVAL_MS = 250;
@@ -88,11 +88,14 @@ export class GenerateView {
     try {
       this.session = await connectSession("generate", {
         addMedia: (pc) => pc.addTransceiver("video", { direction: "recvonly" }),
+        // A resumed session arrives on a new connection's track: the video plays that one from then on.
         onTrack: (event) => {
           if (event.track.kind === "video") this.video.srcObject = new MediaStream([event.track]);
         },
         onMessage: (message) => this.onMessage(message),
-        onState: (state) => this.onConnectionState(state),
+        onReconnecting: () => this.notice.show(RECONNECTING, "warning"),
+        onResumed: () => this.notice.clearWarning(),
+        onLost: (reason) => this.onLost(reason),
       });
     } catch (error) {
       this.notice.show(error.message);
@@ -245,24 +248,18 @@ export class GenerateView {
     $("gen-progress-text").textContent = `${this.framesDecoded}${of}${generated}`;
   }
 
-  onConnectionState(state) {
-    if (state === "failed" && this.session) {
-      const why = lostReason(this.session.pc);
-      this.notice.show(`The connection to the server failed: ${why}. Press Generate to try again.`);
-      this.close();
-      this.phase = "idle";
-      this.refresh();
-      this.status("Connection failed.");
-    }
+  onLost(reason) {
+    this.notice.show(`The connection to the server failed: ${reason}. Press Generate to try again.`);
+    this.close();
+    this.phase = "idle";
+    this.refresh();
+    this.status("Connection failed.");
   }
 
   close() {
     clearInterval(this.timer);
     this.timer = null;
-    if (this.session) {
-      deleteSession(this.session.sessionId, this.session.sessionToken);
-      this.session.pc.close();
-    }
+    if (this.session) this.session.close();
     this.session = null;
   }
 
