@@ -143,7 +143,7 @@ async def _run_client(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ValueError(f"--audio: {exc}") from None
     patches.apply(args.ice_address or patches.LOOPBACK)
-    client = UnderstandClient(args.server, video=video, audio=audio, token=args.token)
+    client = UnderstandClient(args.server, video=video, audio=audio, token=args.token, auto_resume=args.resume)
     try:
         await client.connect()
         print(f"connected in {client.connect_seconds:.3f} s, session {client.session_id}")
@@ -192,7 +192,9 @@ async def _run_generate(args: argparse.Namespace) -> int:
     from .client.rtc_peers import GenerateClient
 
     patches.apply(args.ice_address or patches.LOOPBACK)
-    client = GenerateClient(args.server, video_codec=args.codec, out_path=args.out, token=args.token)
+    client = GenerateClient(
+        args.server, video_codec=args.codec, out_path=args.out, token=args.token, auto_resume=args.resume
+    )
     request: dict[str, Any] = {"prompt": args.prompt, "fps": args.fps}
     for name in ("size", "num_frames", "seed", "num_inference_steps", "negative_prompt"):
         if getattr(args, name) is not None:
@@ -239,6 +241,12 @@ def _add_connection_arguments(parser: argparse.ArgumentParser) -> None:
         "--ice-address", action="append", help="local ICE address; repeat for several (default: 127.0.0.1)"
     )
     parser.add_argument("--token", help="Bearer token, if the server requires one (its --auth-token)")
+    parser.add_argument(
+        "--no-resume",
+        dest="resume",
+        action="store_false",
+        help="end when the connection is lost, instead of resuming the session on a new one (a network change)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

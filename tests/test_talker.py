@@ -219,3 +219,36 @@ async def test_hold_stops_the_speech_at_once_and_release_goes_on_from_the_first_
     assert await talker.wait_drained(0.5)
     assert len(spoken + rest) == 10
     talker.stop()
+
+
+async def test_park_puts_back_what_was_sent_after_the_rewind_point_and_release_does_not_unpark() -> None:
+    talker = sixty_ms_talker()
+    await talker.write(float_to_pcm16(tone(0.6)))  # ten 60 ms packets
+    heard = [await talker.recv() for _ in range(4)]
+    rewind_to = time.monotonic()  # the peer was last heard from here: what follows may be lost
+    lost = [await talker.recv() for _ in range(2)]
+    talker.park(rewind_to)
+    assert talker.buffered_ms == pytest.approx(360)  # the two lost packets are queued again, first
+    talker.hold()
+    talker.release()  # a barge-in's end never ends a park
+    with pytest.raises(TimeoutError):  # the tail of silence, then nothing while parked
+        async with asyncio.timeout(0.6):
+            while True:
+                assert np.abs(decode([await talker.recv()])).max() < 0.01
+    talker.unpark()
+    rest = [await talker.recv() for _ in range(6)]
+    assert await talker.wait_drained(0.5)
+    assert talker.voiced_ms_sent == 60 * len(heard + lost + rest)  # the 120 ms lost were sent twice
+    assert len(heard + rest) == 10  # and together with what was heard, they are the whole answer
+    talker.stop()
+
+
+async def test_a_flushed_answer_is_never_rewound() -> None:
+    talker = sixty_ms_talker()
+    await talker.write(float_to_pcm16(tone(0.3)))
+    rewind_to = time.monotonic()
+    _ = [await talker.recv() for _ in range(2)]
+    talker.flush()
+    talker.park(rewind_to)
+    assert talker.buffered_ms == 0
+    talker.stop()

@@ -76,3 +76,17 @@ async def test_a_late_engine_re_bases_the_clock_instead_of_bursting() -> None:
     assert track.rebases == 1
     assert third.pts - second.pts == round(VIDEO_CLOCK_RATE / FPS)
     assert time.monotonic() - started > 0.8 / FPS  # the third frame kept the pace from the second
+
+
+async def test_a_parked_track_holds_its_frames_until_unparked() -> None:
+    track = GeneratedVideoTrack()
+    track.fps = FPS
+    await track.put(frame())
+    track.park()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.2):
+            await track.recv()
+    track.unpark()
+    await track.recv()
+    assert track.frames_sent == 1 and track.backlog == 0
+    track.stop()

@@ -285,21 +285,41 @@ class ReceivedAudioFrame:
     rms: float  # 0..1
 
 
-class AudioRecorder:
+class _TrackDrain:
+    """Drains a received track, and then the same session's track on each resumed connection."""
+
+    def __init__(self, track: MediaStreamTrack) -> None:
+        self.track = track
+        self._tasks = [asyncio.ensure_future(self._run(track))]
+
+    def follow(self, track: MediaStreamTrack) -> None:
+        """Go on from `track`: the session's on a resumed connection (the old one's has ended)."""
+        self.track = track
+        self._tasks.append(asyncio.ensure_future(self._run(track)))
+
+    async def _run(self, track: MediaStreamTrack) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class AudioRecorder(_TrackDrain):
     """Drains a received audio track, keeping each frame's arrival time and loudness (bounded)."""
 
     SILENCE_RMS = 0.01
 
     def __init__(self, track: MediaStreamTrack, keep_seconds: float = 600.0) -> None:
-        self.track = track
         max_frames = int(keep_seconds * AUDIO_RATE / AUDIO_FRAME_SAMPLES)
         self.frames: deque[ReceivedAudioFrame] = deque(maxlen=max_frames)
         self.pcm: deque[bytes] = deque(maxlen=max_frames)
         self.echo_to: asyncio.Queue[np.ndarray] | None = None  # a ScriptedAudioTrack's echo input
-        self.task = asyncio.ensure_future(self._run())
+        super().__init__(track)
 
-    async def _run(self) -> None:
-        async for frame in iter_frames(self.track):
+    async def _run(self, track: MediaStreamTrack) -> None:
+        async for frame in iter_frames(track):
             # Kept in 20 ms pieces whatever the packet time (the talker sends 60 ms), so counts of
             # voiced frames stay counts of 20 ms.
             everything = frame.to_ndarray().reshape(-1, len(frame.layout.channels))[:, 0]
@@ -321,10 +341,6 @@ class AudioRecorder:
             out.setsampwidth(2)
             out.setframerate(AUDIO_RATE)
             out.writeframes(b"".join(self.pcm))
-
-    async def stop(self) -> None:
-        self.task.cancel()
-        await asyncio.gather(self.task, return_exceptions=True)
 
 
 def _open_media_file(spec: str, keywords: str) -> MediaPlayer:
@@ -383,20 +399,19 @@ class ReceivedVideoFrame:
     height: int
 
 
-class VideoReceiver:
+class VideoReceiver(_TrackDrain):
     """Drains a received video track: arrival time, block code and colour of each frame, and
     optionally an MP4 of what arrived."""
 
     def __init__(
         self, track: MediaStreamTrack, out_path: str | None = None, fps: float = 24.0, keep_frames: int = 100_000
     ) -> None:
-        self.track = track
         self.frames: deque[ReceivedVideoFrame] = deque(maxlen=keep_frames)
         self.writer = Mp4Recorder(Path(out_path), fps) if out_path else None
-        self.task = asyncio.ensure_future(self._run())
+        super().__init__(track)
 
-    async def _run(self) -> None:
-        async for frame in iter_frames(self.track):
+    async def _run(self, track: MediaStreamTrack) -> None:
+        async for frame in iter_frames(track):
             at = time.monotonic()
             rgb = frame.to_ndarray(format="rgb24")
             body = rgb[rgb.shape[0] // 5 :]
@@ -410,7 +425,6 @@ class VideoReceiver:
                 await self.writer.write(rgb)
 
     async def stop(self) -> None:
-        self.task.cancel()
-        await asyncio.gather(self.task, return_exceptions=True)
+        await super().stop()
         if self.writer is not None:
             await self.writer.finish()

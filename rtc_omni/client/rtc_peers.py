@@ -1,8 +1,15 @@
-"""Headless aiortc peers for both session kinds: the engine of `rtc-omni client`, tests and benchmarks."""
+"""Headless aiortc peers for both session kinds: the engine of `rtc-omni client`, tests and benchmarks.
+
+A peer can resume its session on a new peer connection (`resume()`, or by itself with `auto_resume`)
+when its network changes or its connection is lost: it keeps the session's resume token and the last
+`server_event_seq` it received, drops any event it already has, and sends its media again through a
+fresh subscription of each source (a sender whose connection ends stops the track it reads).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from collections.abc import Callable
@@ -10,14 +17,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from aiortc import RTCIceServer, RTCPeerConnection, RTCRtpReceiver, RTCRtpTransceiver, RTCSessionDescription
+from aiortc import (
+    RTCDataChannel,
+    RTCIceServer,
+    RTCPeerConnection,
+    RTCRtpReceiver,
+    RTCRtpTransceiver,
+    RTCSessionDescription,
+)
 from aiortc.mediastreams import MediaStreamTrack
 
+from ..media.fanout import TrackFanout
 from ..patches.jitter import release_audio_on_arrival
 from ..signaling.ice import rtc_configuration
 from .media import AudioRecorder, ColourVideoTrack, FrameRateCap, VideoReceiver, camera_send_fps
 
 EventFilter = Callable[[dict[str, Any]], bool]
+
+SEQ_FIELD = "server_event_seq"
+# auto_resume: a peer that sends media hears the server's RTCP reports steadily; this long without a
+# byte from the server, its connection is taken for lost (a network change), before ICE notices.
+SILENCE_RESUME_S = 3.0
+RESUME_BACKOFF_S = (0.5, 1.0, 2.0, 4.0)  # between tries, the last repeated until the grace is over
+RESUME_FINAL = (401, 404, 409)  # a refused resume that another try cannot change
+DEFAULT_RESUME_GRACE_S = 30.0  # the server's --resume-grace default, where its answer does not say
 
 # What to do about a refused offer, by HTTP status.
 REFUSAL_HINTS = {
@@ -90,40 +113,119 @@ class ControlClient:
         ice_servers: list[RTCIceServer] | None = None,
         relay_only: bool = False,
         control: bool = True,
+        auto_resume: bool = False,
     ) -> None:
         """`ice_servers` (e.g. from GET /v1/ice-servers) are none by default; `relay_only` uses TURN
-        alone; `control=False` makes a peer without a DataChannel (like a WHIP publisher). The local
-        addresses ICE gathers on are the process's, set once by rtc_omni.patches.apply()."""
+        alone; `control=False` makes a peer without a DataChannel (like a WHIP publisher);
+        `auto_resume` resumes the session on a new connection when this one fails, is closed by the
+        server's side, or goes silent. The local addresses ICE gathers on are the process's, set once
+        by rtc_omni.patches.apply()."""
         self.server = check_server_url(server)
         self.token = token
-        self.pc = RTCPeerConnection(rtc_configuration(ice_servers or [], relay_only))
-        self.channel = self.pc.createDataChannel(self.channel_label) if control else None
+        self._ice = (ice_servers or [], relay_only)
+        self._control = control
+        self.auto_resume = auto_resume
         self.events: list[dict[str, Any]] = []
         self.event_times: list[float] = []
         self._new_event = asyncio.Event()
         self.session_id: str | None = None
         self.session_token: str | None = None  # controls the session (capabilities: docs/operations.md)
         self.view_token: str | None = None  # watches it: WHEP, stats, the recording
+        self.resume_token: str | None = None  # resumes it on a new connection; rotated by each resume
+        self.resume_grace_s = DEFAULT_RESUME_GRACE_S  # how long the server keeps it once the connection is lost
+        self.last_event_seq = 0  # the last server_event_seq received; an event at or below it is a repeat
+        self.resumes = 0
         self.connect_seconds: float | None = None
         self.answer_sdp: str | None = None  # as the server sent it: aiortc's model drops a=ptime
         self.ended: str | None = None  # why the session ended under us, once it has
+        self._closing = False
+        self._resuming: asyncio.Task[None] | None = None
+        self._watching: asyncio.Task[None] | None = None
+        self.pc, self.channel = self._new_peer_connection()
 
-        if self.channel is not None:
-            self.channel.on("message", self._on_message)
-            self.channel.on("close", lambda: self._end("the server closed the session"))
-
-        self.pc.on("track", self._on_track)
-        self.pc.on("connectionstatechange", self._on_connection_state)
+    def _new_peer_connection(self) -> tuple[RTCPeerConnection, RTCDataChannel | None]:
+        pc = RTCPeerConnection(rtc_configuration(*self._ice))
+        channel = pc.createDataChannel(self.channel_label) if self._control else None
+        if channel is not None:
+            channel.on("message", self._on_message)
+            channel.on("close", lambda: self._connection_lost(pc, "the server closed the session"))
+        pc.on("track", self._on_track)
+        pc.on("connectionstatechange", lambda: self._on_connection_state(pc))
+        return pc, channel
 
     def _on_message(self, message: str | bytes) -> None:
-        if isinstance(message, str):
-            self.events.append(json.loads(message))
-            self.event_times.append(time.monotonic())
-            self._new_event.set()
+        if not isinstance(message, str):
+            return
+        event = json.loads(message)
+        seq = event.get(SEQ_FIELD) if isinstance(event, dict) else None
+        if isinstance(seq, int):
+            if seq <= self.last_event_seq:  # replayed on a resume, and already here
+                return
+            self.last_event_seq = seq
+        if isinstance(event, dict) and isinstance(event.get("resume_token"), str):  # session.created, .resumed
+            self.resume_token = event["resume_token"]
+        self.events.append(event)
+        self.event_times.append(time.monotonic())
+        self._new_event.set()
 
-    def _on_connection_state(self) -> None:
-        if self.pc.connectionState in ("failed", "closed"):
-            self._end(f"the connection to the server {self.pc.connectionState}")
+    def _on_connection_state(self, pc: RTCPeerConnection) -> None:
+        if pc.connectionState in ("failed", "closed"):
+            self._connection_lost(pc, f"the connection to the server {pc.connectionState}")
+
+    def _connection_lost(self, pc: RTCPeerConnection, reason: str) -> None:
+        """The connection `pc` ended (not ours to mind once a resume replaced it): resume, or end."""
+        if pc is not self.pc or self._closing or self.ended is not None:
+            return
+        if self.auto_resume and self.resume_token is not None:
+            self._resume_soon(reason)
+        else:
+            self._end(reason)
+
+    def _resume_soon(self, reason: str) -> None:
+        if self._resuming is None or self._resuming.done():
+            self._resuming = asyncio.ensure_future(self._resume_until_grace(reason))
+
+    async def _resume_until_grace(self, reason: str) -> None:
+        """Resume, retrying with a backoff until the server's grace is over; the session ends when
+        the server refuses for good or the grace passed."""
+        deadline = time.monotonic() + self.resume_grace_s
+        for attempt in itertools.count():
+            if self._closing:
+                return
+            try:
+                await self.resume()
+                return
+            except SignalingError as exc:
+                if exc.status in RESUME_FINAL:
+                    self._end(f"{reason}; the resume was refused: {exc}")
+                    return
+                failure: Exception = exc
+            except (ConnectionError, TimeoutError, aiohttp.ClientError) as exc:
+                failure = exc
+            wait = RESUME_BACKOFF_S[min(attempt, len(RESUME_BACKOFF_S) - 1)]
+            if time.monotonic() + wait > deadline:
+                self._end(f"{reason}; not resumed within {self.resume_grace_s:g} s: {failure}")
+                return
+            await asyncio.sleep(wait)
+
+    async def _watch_silence(self) -> None:
+        """auto_resume for a peer that sends media: a server that sends nothing for SILENCE_RESUME_S
+        (no RTCP report even) is out of reach on this connection."""
+        seen, heard_at = 0, time.monotonic()
+        while not self._closing and self.ended is None:
+            await asyncio.sleep(SILENCE_RESUME_S / 6)
+            pc = self.pc
+            received = sum(r.bytesReceived for r in (await pc.getStats()).values() if r.type == "transport")
+            now = time.monotonic()
+            if received != seen or pc.connectionState != "connected" or self._resuming_now:
+                seen, heard_at = received, now
+            elif now - heard_at >= SILENCE_RESUME_S:
+                self._connection_lost(pc, f"nothing from the server for {SILENCE_RESUME_S:g} s")
+                heard_at = now
+
+    @property
+    def _resuming_now(self) -> bool:
+        return self._resuming is not None and not self._resuming.done()
 
     def _end(self, reason: str) -> None:
         """The session is over: waits end at once, saying why (the server's last word if it gave one,
@@ -159,9 +261,37 @@ class ControlClient:
 
         `kind="control"` with a `session_id` attaches to that running session (e.g. a WHIP
         publisher's): the client's `token` must then be that session's token (or the server's).
+        `kind="resume"` takes that session over with its `resume_token` (as `resume()` does, on this
+        client's first connection).
         """
         self._add_transceivers()
         started = time.monotonic()
+        await self._negotiate(kind or self.kind, session_id, timeout)
+        self.connect_seconds = time.monotonic() - started
+        if self.auto_resume and self._watching is None and self._sends_media():
+            self._watching = asyncio.ensure_future(self._watch_silence())
+
+    async def resume(self, timeout: float = 10.0) -> None:
+        """Take this client's session over on a new peer connection (after a network change, or with
+        the old one still up): the server replays the events missed and tells the old connection it
+        was replaced. Raises SignalingError if the server refuses (401: a rotated token, 404: the
+        grace is over), ConnectionError if the new connection does not come up."""
+        if self.session_id is None or self.resume_token is None:
+            raise RuntimeError("no session to resume: connect first, to a server with --resume-grace above 0")
+        old = self.pc, self.channel
+        self.pc, self.channel = self._new_peer_connection()
+        self._add_transceivers()
+        try:
+            await self._negotiate("resume", self.session_id, timeout)
+        except BaseException:
+            failed = self.pc
+            self.pc, self.channel = old  # the session is still the old connection's (or nobody's)
+            await failed.close()
+            raise
+        self.resumes += 1
+        await old[0].close()
+
+    async def _negotiate(self, kind: str, session_id: str | None, timeout: float) -> None:
         await self.pc.setLocalDescription(await self.pc.createOffer())
         if "a=candidate:" not in self.pc.localDescription.sdp:
             # aiortc's sign of an unreachable TURN server or wrong / expired credentials
@@ -169,7 +299,7 @@ class ControlClient:
         try:
             async with aiohttp.ClientSession() as http:
                 offer = self.pc.localDescription.sdp
-                self.answer_sdp = await self._exchange(http, offer, kind or self.kind, session_id)
+                self.answer_sdp = await self._exchange(http, offer, kind, session_id)
         except aiohttp.ClientConnectionError as exc:
             raise ConnectionError(f"cannot connect to {self.server}: is `rtc-omni serve` running there?") from exc
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=self.answer_sdp, type="answer"))
@@ -185,13 +315,19 @@ class ControlClient:
                     await asyncio.sleep(0.01)
         except TimeoutError:
             raise ConnectionError(f"not connected within {timeout} s (ICE {self.pc.iceConnectionState})") from None
-        self.connect_seconds = time.monotonic() - started
+
+    def _sends_media(self) -> bool:
+        return any(t.sender.track is not None for t in self.pc.getTransceivers())
 
     async def _exchange(self, http: aiohttp.ClientSession, sdp: str, kind: str, session_id: str | None) -> str:
         """POST the offer to /v1/rtc/offer; the answer's SDP, with the session's id and tokens kept."""
-        offer = {"sdp": sdp, "type": "offer", "kind": kind}
+        offer: dict[str, Any] = {"sdp": sdp, "type": "offer", "kind": kind}
         if session_id is not None:
             offer["session_id"] = session_id
+        if kind == "resume":
+            offer.update(
+                resume_token=self.resume_token, last_received_server_event_seq=self.last_event_seq, allow_resync=True
+            )
         async with http.post(f"{self.server}/v1/rtc/offer", json=offer, headers=self._headers()) as resp:
             try:
                 body = await resp.json(content_type=None)
@@ -204,6 +340,8 @@ class ControlClient:
         self.session_id = body["session_id"]
         self.session_token = body.get("session_token", self.session_token)
         self.view_token = body.get("view_token", self.view_token)
+        self.resume_token = body.get("resume_token", self.resume_token)
+        self.resume_grace_s = float(body.get("resume_grace_s", self.resume_grace_s))
         return str(body["sdp"])
 
     def send(self, message: dict[str, Any] | str) -> None:
@@ -238,6 +376,10 @@ class ControlClient:
             raise TimeoutError(f"{awaited} within {timeout:g} s") from None
 
     async def close(self) -> None:
+        self._closing = True
+        for task in (self._resuming, self._watching):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
         await self.pc.close()
 
 
@@ -261,37 +403,50 @@ class MediaClient(ControlClient):
         relay_only: bool = False,
         control: bool = True,
         video_codec: str | None = None,
+        auto_resume: bool = False,
     ) -> None:
-        super().__init__(server, token, ice_servers, relay_only, control)
+        super().__init__(server, token, ice_servers, relay_only, control, auto_resume)
         self.video, self.audio = video, audio
         self.camera: ColourVideoTrack | FrameRateCap | None = None  # the camera whose rate follows sample_fps
-        self.video_sent: MediaStreamTrack | None = video  # what the video sender sends
+        video_sent: MediaStreamTrack | None = video  # what the video sender sends
         if video is not None and not getattr(video, "pre_encoded", False):  # encoded frames depend on each other
             self.camera = video if isinstance(video, ColourVideoTrack) else FrameRateCap(video)
             self.camera.max_fps = camera_send_fps(DEFAULT_SAMPLE_FPS)
-            self.video_sent = self.camera
+            video_sent = self.camera
+        # Each connection sends its own subscription: the one a lost connection's sender stops, the
+        # sources go on for the next.
+        self._video_out = TrackFanout(video_sent) if video_sent is not None else None
+        self._audio_out = TrackFanout(audio) if audio is not None else None
         self.video_codec = video_codec
         self.receive_audio = receive_audio
         self.recorder: AudioRecorder | None = None
 
     def _add_transceivers(self) -> None:
-        if self.video_sent is not None:
-            transceiver = self.pc.addTransceiver(self.video_sent, direction="sendonly")
+        if self._video_out is not None:
+            transceiver = self.pc.addTransceiver(self._video_out.subscribe(), direction="sendonly")
             if self.video_codec is not None:
                 prefer_video_codec(transceiver, self.video_codec)
-        if self.audio is not None:
-            self.pc.addTransceiver(self.audio, direction="sendrecv" if self.receive_audio else "sendonly")
+        if self._audio_out is not None:
+            direction = "sendrecv" if self.receive_audio else "sendonly"
+            self.pc.addTransceiver(self._audio_out.subscribe(), direction=direction)
         elif self.receive_audio:
             self.pc.addTransceiver("audio", direction="recvonly")
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         if track.kind == "audio":
-            self.recorder = AudioRecorder(track)
+            if self.recorder is None:
+                self.recorder = AudioRecorder(track)
+            else:
+                self.recorder.follow(track)
 
     async def close(self) -> None:
         if self.recorder is not None:
             await self.recorder.stop()
         await super().close()
+        for fanout in (self._video_out, self._audio_out):
+            if fanout is not None:
+                fanout.stop()
+                fanout.source.stop()
 
 
 class UnderstandClient(MediaClient):
@@ -379,15 +534,22 @@ class RealtimeClient(MediaClient):
     channel_label = "oai-events"
 
     async def _exchange(self, http: aiohttp.ClientSession, sdp: str, kind: str, session_id: str | None) -> str:
-        """POST the SDP itself; 201 with the answer, the call's id the last part of its Location."""
+        """POST the SDP itself; 201 with the answer, the call's id the last part of its Location. A
+        resume POSTs to the call's `/resume` with the resume token: 200."""
         headers = {**self._headers(), "Content-Type": "application/sdp"}
-        async with http.post(f"{self.server}/v1/realtime/calls", data=sdp, headers=headers) as resp:
+        url, expected = f"{self.server}/v1/realtime/calls", 201
+        if kind == "resume":
+            url, expected = f"{url}/{session_id}/resume", 200
+            headers.update({"Resume-Token": str(self.resume_token), "Last-Event-Seq": str(self.last_event_seq)})
+            headers["Allow-Resync"] = "true"
+        async with http.post(url, data=sdp, headers=headers) as resp:
             body = await resp.text()
-            if resp.status != 201:
+            if resp.status != expected:
                 raise SignalingError(resp.status, body[:200])
             self.session_id = resp.headers["Location"].rsplit("/", 1)[1]
             self.session_token = resp.headers.get("Session-Token", self.session_token)
             self.view_token = resp.headers.get("View-Token", self.view_token)
+            self.resume_token = resp.headers.get("Resume-Token", self.resume_token)
         return body
 
 
@@ -404,8 +566,9 @@ class GenerateClient(ControlClient):
         token: str | None = None,
         ice_servers: list[RTCIceServer] | None = None,
         relay_only: bool = False,
+        auto_resume: bool = False,
     ) -> None:
-        super().__init__(server, token, ice_servers, relay_only)
+        super().__init__(server, token, ice_servers, relay_only, auto_resume=auto_resume)
         self.video_codec = video_codec
         self.out_path = out_path
         self.receiver: VideoReceiver | None = None
@@ -418,7 +581,10 @@ class GenerateClient(ControlClient):
 
     def _on_track(self, track: MediaStreamTrack) -> None:
         if track.kind == "video":
-            self.receiver = VideoReceiver(track, self.out_path, self.fps)
+            if self.receiver is None:
+                self.receiver = VideoReceiver(track, self.out_path, self.fps)
+            else:
+                self.receiver.follow(track)
 
     async def start(self, timeout: float = 10.0, **request: Any) -> dict[str, Any]:
         """Send session.start; returns video.start, or raises ValueError with the server's error."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 
 import av
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
@@ -37,11 +38,12 @@ Media = av.frame.Frame | av.Packet  # what a MediaStreamTrack's recv() returns
 class FanoutTrack(MediaStreamTrack):
     """One consumer's view of a TrackFanout's source: every frame from its first recv() on."""
 
-    def __init__(self, fanout: TrackFanout) -> None:
+    def __init__(self, fanout: TrackFanout, on_first_recv: Callable[[], None] | None = None) -> None:
         super().__init__()
         self.kind = fanout.source.kind
         self.reading = False
         self._fanout = fanout
+        self._on_first_recv = on_first_recv
         self._frames: deque[Media] = deque()
         self._arrived = asyncio.Event()
 
@@ -64,6 +66,8 @@ class FanoutTrack(MediaStreamTrack):
         if not self.reading:
             self.reading = True
             self._fanout.start()
+            if self._on_first_recv is not None:
+                self._on_first_recv()
         while not self._frames:
             if self.readyState != "live" or self._fanout.ended:
                 raise MediaStreamError
@@ -90,8 +94,9 @@ class TrackFanout:
         self._room = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    def subscribe(self) -> FanoutTrack:
-        track = FanoutTrack(self)
+    def subscribe(self, on_first_recv: Callable[[], None] | None = None) -> FanoutTrack:
+        """A new consumer; `on_first_recv` runs when it starts reading (its peer is connected)."""
+        track = FanoutTrack(self, on_first_recv)
         self._consumers.append(track)
         return track
 

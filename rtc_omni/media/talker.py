@@ -22,6 +22,11 @@ their slots, from a fresh encoder: the old one's lookahead holds the end of the 
 
 `hold()` stops the speech the same way but keeps what was not yet sent, and `release()` goes on
 from there: a barge-in that proves to be a cough resumes the answer where the user stopped hearing it.
+
+`park()` stops it while the session has no connection to speak into (a lost peer awaiting its resume,
+signaling/peer_session.py), apart from the barge-in hold, which a `release()` must not end. The talker
+keeps the last REWIND_S of speech it sent, with its send times, so a park can put back what was sent
+after the peer was last heard from: `unpark()` on the resumed connection plays it again first.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import fractions
 import time
+from collections import deque
 
 import av
 import numpy as np
@@ -55,6 +61,10 @@ FLUSH_PACKET_MS = 10  # each burst packet's audio: the RTP clock runs 40 ms ahea
 _BYTES_PER_SAMPLE = 2
 _REANCHOR_AFTER_S = 0.2  # behind the clock by more than this: restart the clock instead of bursting
 _TIME_BASE = fractions.Fraction(1, RTP_CLOCK)
+# Speech kept after it was sent, for a park to rewind: a peer lost while speaking is noticed within
+# about 2 s of silence (signaling/peer_session.py), and its jitter buffer adds a little.
+REWIND_S = 4.0
+_REWIND_BYTES = int(REWIND_S * TALKER_SAMPLE_RATE) * _BYTES_PER_SAMPLE
 
 
 def opus_speech_encoder(packet_ms: int) -> AudioCodecContext:
@@ -95,6 +105,9 @@ class TalkerAudioTrack(MediaStreamTrack):
         self._send_now = asyncio.Event()  # a flush's burst: wakes a recv() waiting for its packet's slot
         self._burst_left = 0  # short silent packets a flush sends at once
         self._held = False  # hold(): the buffer waits, silence is sent
+        self._parked = False  # park(): no connection to speak into; apart from the hold
+        self._sent: deque[tuple[float, bytes]] = deque()  # (sent at, voiced PCM16), REWIND_S at most
+        self._sent_bytes = 0
         self._start: float | None = None
         self._pts = 0  # of the next packet, in RTP clock units since _start
         self._paused = True  # the previous packet time passed with nothing to send
@@ -111,6 +124,10 @@ class TalkerAudioTrack(MediaStreamTrack):
     @property
     def held(self) -> bool:
         return self._held
+
+    @property
+    def parked(self) -> bool:
+        return self._parked
 
     @property
     def buffered_ms(self) -> float:
@@ -138,6 +155,7 @@ class TalkerAudioTrack(MediaStreamTrack):
         self._silence()
         self._held = False
         self._buffer.clear()
+        self._forget_sent()  # what an interrupt cut is never played again
         self._space.set()
         self._drained.set()
         return dropped_ms
@@ -159,6 +177,36 @@ class TalkerAudioTrack(MediaStreamTrack):
             if not self._ahead():
                 self._send_now.set()
 
+    def park(self, rewind_to: float | None = None) -> None:
+        """Stop sending speech until `unpark()`, keeping it all; `rewind_to` (time.monotonic()): also
+        put the speech sent after it back in front, to be played again (what the peer never heard)."""
+        self._parked = True
+        again = bytearray()
+        while rewind_to is not None and self._sent and self._sent[-1][0] > rewind_to:
+            _at, chunk = self._sent.pop()
+            self._sent_bytes -= len(chunk)
+            again[:0] = chunk
+        if again:
+            self._buffer[:0] = again
+            self._drained.clear()
+            self._encoder = None  # its lookahead holds speech from past the rewind point
+
+    def unpark(self) -> None:
+        """Go on speaking (a connection takes the audio again), from the first sample not heard."""
+        if self._parked:
+            self._parked = False
+            self._audio.set()
+
+    def _remember_sent(self, chunk: bytes) -> None:
+        self._sent.append((time.monotonic(), chunk))
+        self._sent_bytes += len(chunk)
+        while self._sent_bytes > _REWIND_BYTES:
+            self._sent_bytes -= len(self._sent.popleft()[1])
+
+    def _forget_sent(self) -> None:
+        self._sent.clear()
+        self._sent_bytes = 0
+
     def _silence(self) -> None:
         """The silent packets that end the speech at the peer: a burst at once where speech may be
         held there, then the tail in its slots."""
@@ -175,7 +223,7 @@ class TalkerAudioTrack(MediaStreamTrack):
 
     def _may_hold_speech(self) -> bool:
         """Speech is being sent, or fewer silent packets than a peer holds went out since the last."""
-        return (bool(self._buffer) and not self._held) or self._tail_left > TAIL_PACKETS - FLUSH_BURST_PACKETS
+        return self._sending or self._tail_left > TAIL_PACKETS - FLUSH_BURST_PACKETS
 
     def _ahead(self) -> bool:
         """The clock already runs ahead of the next slot by a burst (one just went): interrupts in
@@ -228,7 +276,7 @@ class TalkerAudioTrack(MediaStreamTrack):
 
     @property
     def _sending(self) -> bool:
-        return bool(self._buffer) and not self._held
+        return bool(self._buffer) and not self._held and not self._parked
 
     def _due(self) -> float:
         """When the next packet's audio starts, on the monotonic clock."""
@@ -239,10 +287,11 @@ class TalkerAudioTrack(MediaStreamTrack):
         if self._encoder is None:
             self._encoder = opus_speech_encoder(self.packet_ms)
         frame_bytes = self._encoder.frame_size * _BYTES_PER_SAMPLE
-        chunk = b"" if self._held else bytes(self._buffer[:frame_bytes])
+        chunk = bytes(self._buffer[:frame_bytes]) if self._sending else b""
         del self._buffer[: len(chunk)]
         pcm = np.frombuffer(chunk + bytes(frame_bytes - len(chunk)), dtype="<i2")
         if chunk:
+            self._remember_sent(chunk)
             self.echo.played(pcm, self._pts)
             self.voiced_ms_sent += self.packet_ms
             self._tail_left = TAIL_PACKETS

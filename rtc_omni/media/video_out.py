@@ -5,7 +5,9 @@ and leave at exactly `fps`: frame n is due at origin + n / fps on the wall clock
 is slower than real time the track sends nothing (the peer holds the last frame), and when frames
 arrive again the clock is re-based to now rather than bursting to catch up. When the frames were
 ready but the sender ran late (a busy event loop), it catches up instead, for at most
-MAX_CATCH_UP_S, so a loaded machine still delivers the requested rate.
+MAX_CATCH_UP_S, so a loaded machine still delivers the requested rate. `park()` holds every frame
+while the session has no connection to show them on (a lost peer awaiting its resume), and `unpark()`
+goes on from the first unsent one.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class GeneratedVideoTrack(MediaStreamTrack):
         self._changed = asyncio.Event()  # backlog grew, shrank, or the track stopped
         self._origin: float | None = None
         self._due: float | None = None
+        self._parked = False
         self.frames_sent = 0
         self.rebases = 0
 
@@ -86,6 +89,14 @@ class GeneratedVideoTrack(MediaStreamTrack):
         self._notify()
         return dropped
 
+    def park(self) -> None:
+        self._parked = True
+
+    def unpark(self) -> None:
+        if self._parked:
+            self._parked = False
+            self._notify()
+
     async def wait_drained(self, timeout: float) -> bool:
         """Wait until every queued frame has been handed to the sender; False on timeout."""
         try:
@@ -97,7 +108,7 @@ class GeneratedVideoTrack(MediaStreamTrack):
             return False
 
     async def recv(self) -> av.VideoFrame:
-        while not self._backlog:
+        while not self._backlog or self._parked:
             if self.readyState != "live":
                 raise MediaStreamError
             await self._wait_change()
@@ -114,7 +125,7 @@ class GeneratedVideoTrack(MediaStreamTrack):
             self.rebases += 1
         elif now < self._due:
             await asyncio.sleep(self._due - now)
-            if not self._backlog or self.readyState != "live":  # flushed or stopped meanwhile
+            if not self._backlog or self._parked or self.readyState != "live":  # flushed, parked, stopped
                 return await self.recv()
         rgb, filler, _ = self._backlog.popleft()
         self._notify()

@@ -26,6 +26,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import Settings
+
 logger = logging.getLogger(__name__)
 
 SEQ_FIELD = "server_event_seq"
@@ -183,6 +185,13 @@ class ResumeCredential:
 
 def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
+
+
+def resumable_session(settings: Settings, session_id: str) -> Resumable | None:
+    """The resume state of a new session, as the settings have it; None with --resume-grace 0."""
+    if settings.resume_grace <= 0:
+        return None
+    return Resumable(session_id, settings.resume_grace, settings.resume_journal_bytes, settings.resume_journal_retain_s)
 
 
 class Resumable:

@@ -111,6 +111,11 @@ class Session(ABC, Generic[M, E]):
         or a slow network can take seconds of `config_timeout`."""
         self._waiting_since = time.monotonic()
 
+    def connection_changed(self) -> None:
+        """The client's connection was lost or resumed (sessions/journal.py): the idle clock starts
+        again, so the grace spent waiting for the client is not counted as its idleness."""
+        self._touch()
+
     def notify(self, message: str) -> None:
         """Tell the client something as an `error` event (e.g. that the server is going away)."""
         self._error(message)

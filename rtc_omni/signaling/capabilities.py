@@ -41,6 +41,8 @@ VIEW_TOKEN_HEADER = "View-Token"
 SESSION_ID_HEADER = "Session-Id"
 RESUME_TOKEN_HEADER = "Resume-Token"
 GENERATION_HEADER = "Attachment-Generation"
+LAST_EVENT_SEQ_HEADER = "Last-Event-Seq"  # a resume request's last_received_server_event_seq
+ALLOW_RESYNC_HEADER = "Allow-Resync"  # a resume request's allow_resync ("true")
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="rtc-omni"'}
 
 

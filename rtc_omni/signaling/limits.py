@@ -22,14 +22,22 @@ from typing import Any, cast
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from .capabilities import SESSION_TOKEN_HEADER, VIEW_TOKEN_HEADER
+from .capabilities import (
+    ALLOW_RESYNC_HEADER,
+    GENERATION_HEADER,
+    LAST_EVENT_SEQ_HEADER,
+    RESUME_TOKEN_HEADER,
+    SESSION_TOKEN_HEADER,
+    VIEW_TOKEN_HEADER,
+)
 
 logger = logging.getLogger(__name__)
 
 MAX_TRACKED_CLIENTS = 10_000
-ALLOWED_HEADERS = "Authorization, Content-Type, If-Match"
+RESUME_HEADERS = f"{RESUME_TOKEN_HEADER}, {LAST_EVENT_SEQ_HEADER}, {ALLOW_RESYNC_HEADER}"
+ALLOWED_HEADERS = f"Authorization, Content-Type, If-Match, {RESUME_HEADERS}"
 # What a page reads from an answer: the call's URL (OpenAI's clients take the call id from it) and its tokens.
-EXPOSED_HEADERS = f"Location, {SESSION_TOKEN_HEADER}, {VIEW_TOKEN_HEADER}"
+EXPOSED_HEADERS = f"Location, {SESSION_TOKEN_HEADER}, {VIEW_TOKEN_HEADER}, {RESUME_TOKEN_HEADER}, {GENERATION_HEADER}"
 _OPENS_SESSION: set[Callable[..., object]] = set()
 
 

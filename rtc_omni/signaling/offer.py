@@ -3,7 +3,8 @@
 Handlers stay thin: parse and validate, call into the session layer, serialise. `open_session`,
 `parse_offer` (every offer's SDP, within --max-remote-candidates) and `refusal` (the one mapping
 of an unanswerable offer to an HTTP error) are shared with the WHIP, WHEP and realtime call
-endpoints.
+endpoints, and so are `resume_session` and `resume_refusal` (a new peer connection taking a session
+over with its resume token: `kind: "resume"` here, a call's `/resume`, a WHIP re-publish).
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from typing import Any, Literal
 from aiohttp import web
 from aiortc import RTCSessionDescription
 from aiortc.sdp import SessionDescription
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from ..logs import SESSION_ID
 from ..protocol.codec import load_json
 from ..protocol.generate_messages import RECORDING_PATH
 from ..protocol.validation import describe_validation_error, quoted
+from ..sessions.journal import RESUME_EXPIRED, UNSUPPORTED_RESUME, ResumeRefused
 from ..sessions.registry import SessionLimitReached
 from .capabilities import access_refusal, checks_its_own_access, requires, session_credentials
 from .factory import Services
@@ -33,6 +35,7 @@ logger = logging.getLogger(__name__)
 MAX_OFFER_BYTES = 256 * 1024
 RETRY_AFTER_S = "5"
 CONTROL_KIND = "control"
+RESUME_KIND = "resume"
 OFFER_REFUSALS = (SessionLimitReached, *OFFER_FAILURES)  # what `refusal` maps to an HTTP error
 
 
@@ -40,7 +43,10 @@ class OfferRequest(BaseModel):
     sdp: str
     type: Literal["offer"]
     kind: str = "understand"
-    session_id: str | None = None  # the session a "control" peer attaches to
+    session_id: str | None = None  # the session a "control" peer attaches to, or a "resume" takes over
+    resume_token: str | None = None  # kind "resume": the session's, from its answer or session.resumed
+    last_received_server_event_seq: int = Field(0, ge=0)  # kind "resume": the last event the client has
+    allow_resync: bool = False  # kind "resume": go on even when missed events are no longer kept
 
 
 def json_error(status: int, message: str, **headers: str) -> web.Response:
@@ -117,11 +123,52 @@ def find_peer_session(request: web.Request, session_id: str) -> PeerSession | No
     return session if isinstance(session, PeerSession) else None
 
 
+async def resume_session(
+    request: web.Request,
+    session_id: str,
+    sdp: str,
+    token: str,
+    last_seq: int | None,
+    allow_resync: bool,
+    accepts: Callable[[PeerSession], bool] = lambda _peer: True,
+) -> tuple[PeerSession, RTCSessionDescription]:
+    """Take the WebRTC session `session_id` over with the offer `sdp` (PeerSession.resume); the resume
+    token alone authorises it, and it adds no session (a draining server resumes too). `accepts`: the
+    kind of session this endpoint resumes. Raises ResumeRefused, or one of OFFER_FAILURES."""
+    session = request.app[REGISTRY].get(session_id)
+    if session is None:
+        raise ResumeRefused(RESUME_EXPIRED, f"unknown or expired session: {session_id}")
+    if not isinstance(session, PeerSession) or not accepts(session):
+        raise ResumeRefused(UNSUPPORTED_RESUME, "this session is not one this endpoint resumes")
+    if session.resumable is None:
+        raise ResumeRefused(UNSUPPORTED_RESUME, "this server keeps no session for a resume (--resume-grace 0)")
+    SESSION_ID.set(session_id)
+    answer = await session.resume(RTCSessionDescription(sdp=sdp, type="offer"), token, last_seq, allow_resync)
+    return session, answer
+
+
+def resume_refusal(exc: ResumeRefused, **headers: str) -> web.Response:
+    """A refused resume: its HTTP status, and vLLM-Omni's code for it beside the reason."""
+    logger.info("resume refused: %s (%s)", exc, exc.code)
+    return web.json_response({"error": str(exc), "code": exc.code}, status=exc.status, headers=headers or None)
+
+
+def resume_credentials(peer: PeerSession) -> dict[str, Any]:
+    """The JSON fields that let a client resume the session (none without resume)."""
+    if peer.resumable is None:
+        return {}
+    return {
+        "resume_token": peer.resumable.token,
+        "attachment_generation": peer.resumable.generation,
+        "resume_grace_s": peer.settings.resume_grace,
+    }
+
+
 @opens_session
 @checks_its_own_access
 async def post_offer(request: web.Request) -> web.Response:
-    """A new session (the server token, if there is one), or `kind: "control"` on a running one
-    (its session token)."""
+    """A new session (the server token, if there is one), `kind: "control"` on a running one (its
+    session token), or `kind: "resume"` of one (its resume token)."""
     if request.content_length is not None and request.content_length > MAX_OFFER_BYTES:
         return json_error(413, f"offer larger than {MAX_OFFER_BYTES} bytes")
     if request.content_type != "application/json":
@@ -135,18 +182,21 @@ async def post_offer(request: web.Request) -> web.Response:
     except ValidationError as exc:
         return json_error(400, f"invalid offer: {describe_validation_error(exc)}")
     attaching = offer.kind == CONTROL_KIND
-    refused = access_refusal(request, "control" if attaching else None, offer.session_id if attaching else None)
-    if refused is not None:
-        return refused
+    if offer.kind != RESUME_KIND:  # a resume token is checked by the session it resumes
+        refused = access_refusal(request, "control" if attaching else None, offer.session_id if attaching else None)
+        if refused is not None:
+            return refused
     engines = request.app[ENGINES]
-    if offer.kind not in (*engines.kinds, CONTROL_KIND):
-        served = " and ".join(repr(k) for k in (*engines.kinds, CONTROL_KIND))
+    if offer.kind not in (*engines.kinds, CONTROL_KIND, RESUME_KIND):
+        served = " and ".join(repr(k) for k in (*engines.kinds, CONTROL_KIND, RESUME_KIND))
         return json_error(400, f"unknown session kind {quoted(offer.kind)}; this server offers {served}")
     parsed = parse_offer(request, offer.sdp)
     if isinstance(parsed, str):
         return json_error(400, parsed)
     if attaching:
         return await _attach_controller(request, offer)
+    if offer.kind == RESUME_KIND:
+        return await _resume(request, offer)
     try:
         peer, answer = await open_session(request.app, offer.kind, offer.sdp)
     except OFFER_REFUSALS as exc:
@@ -157,8 +207,30 @@ async def post_offer(request: web.Request) -> web.Response:
             "type": answer.type,
             "session_id": peer.session_id,
             **session_credentials(request, peer.session_id),
+            **resume_credentials(peer),
         }
     )
+
+
+async def _resume(request: web.Request, offer: OfferRequest) -> web.Response:
+    """kind "resume": a new peer connection takes the session over (peer_session.py)."""
+    if offer.session_id is None or offer.resume_token is None:
+        return json_error(400, 'kind "resume" needs the session_id and the resume_token of the session')
+    try:
+        peer, answer = await resume_session(
+            request,
+            offer.session_id,
+            offer.sdp,
+            offer.resume_token,
+            offer.last_received_server_event_seq,
+            offer.allow_resync,
+        )
+    except ResumeRefused as exc:
+        return resume_refusal(exc)
+    except OFFER_REFUSALS as exc:
+        return refusal(exc, "resume offer")
+    body = {"sdp": answer.sdp, "type": answer.type, "session_id": peer.session_id, **resume_credentials(peer)}
+    return web.json_response(body)
 
 
 async def _attach_controller(request: web.Request, offer: OfferRequest) -> web.Response:

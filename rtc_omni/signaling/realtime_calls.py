@@ -6,7 +6,10 @@ The answer is `201 Created`, `application/sdp`, with an absolute `Location` endi
 `/v1/realtime/calls/{call_id}` (as OpenAI's, so clients read the call id from it) and the call's
 tokens as headers (capabilities.py);
 `DELETE` on it (or the SDK's `POST .../hangup`) hangs up, with the server token or the call's
-session token. The session is a `RealtimeSession` on a
+session token. `POST .../resume` takes the call over with a new offer (a network change): its
+`Resume-Token` header alone authorises it (`Last-Event-Seq`, `Allow-Resync`: as `kind: "resume"` on
+/v1/rtc/offer); the answer is 200, the same Location and the rotated `Resume-Token`.
+The session is a `RealtimeSession` on a
 `PeerSession`: events on the `oai-events` DataChannel, speech on the audio track (the talker),
 the microphone and an optional camera m-line into the session.
 """
@@ -23,11 +26,29 @@ from pydantic import ValidationError
 from ..protocol import realtime_events as proto
 from ..protocol.codec import load_json
 from ..protocol.validation import describe_validation_error
-from .capabilities import credential_headers, requires
+from ..sessions.journal import INVALID_RESUME_TOKEN, ResumeRefused
+from .capabilities import (
+    ALLOW_RESYNC_HEADER,
+    LAST_EVENT_SEQ_HEADER,
+    RESUME_TOKEN_HEADER,
+    checks_its_own_access,
+    credential_headers,
+    requires,
+    resume_headers,
+)
 from .client_secrets import opening_config, spend_key
 from .keys import ENGINES
 from .limits import opens_session
-from .offer import OFFER_REFUSALS, find_peer_session, json_error, open_session, parse_offer, refusal
+from .offer import (
+    OFFER_REFUSALS,
+    find_peer_session,
+    json_error,
+    open_session,
+    parse_offer,
+    refusal,
+    resume_refusal,
+    resume_session,
+)
 
 CALLS_PATH = "/v1/realtime/calls"
 SDP = "application/sdp"
@@ -99,9 +120,48 @@ async def create_call(request: web.Request) -> web.Response:
     except OFFER_REFUSALS as exc:
         return refusal(exc, "realtime call")
     spend_key(request)
-    location = str(request.url.with_path(call_path(peer.session_id)).with_query(None))
-    headers = {"Location": location, **credential_headers(request, peer.session_id)}
+    headers = {
+        "Location": _location(request, peer.session_id),
+        **credential_headers(request, peer.session_id),
+        **resume_headers(peer.session_id, peer.resumable),
+    }
     return web.Response(status=201, text=answer.sdp, content_type=SDP, headers=headers)
+
+
+def _location(request: web.Request, call_id: str) -> str:
+    return str(request.url.with_path(call_path(call_id)).with_query(None))
+
+
+@checks_its_own_access
+async def resume_call(request: web.Request) -> web.Response:
+    """A new peer connection takes the call over; 200 with the answer, the call's URL and the rotated token."""
+    call_id = request.match_info["call_id"]
+    if request.content_type != SDP:
+        return json_error(415, f"Content-Type must be {SDP}")
+    token = request.headers.get(RESUME_TOKEN_HEADER)
+    if not token:
+        return resume_refusal(ResumeRefused(INVALID_RESUME_TOKEN, f"a resume needs the {RESUME_TOKEN_HEADER} header"))
+    try:
+        last_seq = int(request.headers.get(LAST_EVENT_SEQ_HEADER, "0"))
+    except ValueError:
+        last_seq = -1
+    if last_seq < 0:
+        return json_error(400, f"{LAST_EVENT_SEQ_HEADER} must be the last server_event_seq received (0: none)")
+    allow_resync = request.headers.get(ALLOW_RESYNC_HEADER, "").lower() in ("1", "true")
+    sdp = await request.text()
+    parsed = parse_offer(request, sdp)
+    if isinstance(parsed, str):
+        return json_error(400, parsed)
+    try:
+        peer, answer = await resume_session(
+            request, call_id, sdp, token, last_seq, allow_resync, accepts=lambda peer: peer.kind == "realtime"
+        )
+    except ResumeRefused as exc:
+        return resume_refusal(exc)
+    except OFFER_REFUSALS as exc:
+        return refusal(exc, "realtime call resume")
+    headers = {"Location": _location(request, call_id), **resume_headers(call_id, peer.resumable)}
+    return web.Response(status=200, text=answer.sdp, content_type=SDP, headers=headers)
 
 
 @requires("control")
@@ -118,3 +178,4 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(proto.WEBSOCKET_PATH, create_call)  # the older form: POST /v1/realtime?model=...
     app.router.add_delete(CALLS_PATH + "/{call_id}", hang_up)
     app.router.add_post(CALLS_PATH + "/{call_id}/hangup", hang_up)
+    app.router.add_post(CALLS_PATH + "/{call_id}/resume", resume_call)

@@ -67,7 +67,7 @@ async def patch(request: web.Request) -> web.Response:
     viewer = _find_viewer(request)
     if viewer is None:
         return cors_error(404, "no such WHEP viewer")
-    return await trickle(request, viewer.pc)
+    return await trickle(request, viewer.pc, "; POST a new offer to the session's WHEP URL for a new viewer")
 
 
 @requires("view")

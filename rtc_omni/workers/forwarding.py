@@ -128,7 +128,8 @@ class _Hop:
 
 
 async def _addressed_session(request: web.Request) -> str | None:
-    """The session a request acts on: its path's {session_id} or {call_id}, or an attach's body."""
+    """The session a request acts on: its path's {session_id} or {call_id}, or the body of an attach or
+    a resume."""
     session_id = request.match_info.get("session_id") or request.match_info.get("call_id")
     if session_id is not None or request.path != ATTACH_PATH or request.method != "POST":
         return session_id
@@ -136,7 +137,7 @@ async def _addressed_session(request: web.Request) -> str | None:
         body = load_json(await request.text())
     except ValueError:
         return None
-    named = body.get("session_id") if isinstance(body, dict) and body.get("kind") == "control" else None
+    named = body.get("session_id") if isinstance(body, dict) and body.get("kind") in ("control", "resume") else None
     return named if isinstance(named, str) else None
 
 
