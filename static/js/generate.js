@@ -19,6 +19,8 @@ export class GenerateView {
     this.generated = 0;
     this.chunkFrames = 0; // frames in the first chunk: how many chunks the video will have
     this.framesDecoded = 0;
+    this.decodedBefore = 0; // frames decoded on the connections a resume replaced
+    this.decodedHere = 0; // frames decoded on the current connection
     this.frameSize = null;
     this.started = false;
     this.done = null; // the session.done event
@@ -94,7 +96,11 @@ export class GenerateView {
         },
         onMessage: (message) => this.onMessage(message),
         onReconnecting: () => this.notice.show(RECONNECTING, "warning"),
-        onResumed: () => this.notice.clearWarning(),
+        onResumed: () => {
+          this.decodedBefore += this.decodedHere; // the new connection counts from 0
+          this.decodedHere = 0;
+          this.notice.clearWarning();
+        },
         onLost: (reason) => this.onLost(reason),
       });
     } catch (error) {
@@ -230,14 +236,18 @@ export class GenerateView {
 
   async updateProgress() {
     if (!this.session) return;
-    let decoded = 0;
-    const report = await this.session.pc.getStats();
+    let decodedHere = 0;
+    const pc = this.session.pc;
+    const report = await pc.getStats();
     report.forEach((stat) => {
       if (stat.type === "inbound-rtp" && stat.kind === "video") {
-        decoded = stat.framesDecoded || 0;
+        decodedHere = stat.framesDecoded || 0;
         if (stat.frameWidth) this.frameSize = `${stat.frameWidth}x${stat.frameHeight}`;
       }
     });
+    if (!this.session || pc !== this.session.pc) return; // resumed meanwhile: the next poll reads the new one
+    this.decodedHere = decodedHere;
+    const decoded = this.decodedBefore + decodedHere;
     // The server repeats the last frame once (uncounted) so that it shows: do not count it.
     this.framesDecoded = this.requested ? Math.min(decoded, this.requested) : decoded;
     const progress = $("gen-progress");
@@ -269,6 +279,8 @@ export class GenerateView {
     this.generated = 0;
     this.chunkFrames = 0;
     this.framesDecoded = 0;
+    this.decodedBefore = 0;
+    this.decodedHere = 0;
     this.video.srcObject = null;
     $("gen-events").replaceChildren();
     $("gen-download").hidden = true;
