@@ -29,7 +29,7 @@ from .signaling.capabilities import (
     checks_its_own_access,
     server_token_auth,
 )
-from .signaling.keys import DRAIN, ENGINES, RECORDINGS, REGISTRY, SETTINGS
+from .signaling.keys import DRAIN, ENGINES, RECORDINGS, REGISTRY, SETTINGS, SOCKET_RELAY
 from .signaling.limits import ConnectionLimit, cors_allow_list, session_rate_limit, text_body
 from .signaling.public_url import TrustedProxies, public_url_middleware
 from .tls import server_ssl_context
@@ -130,6 +130,8 @@ def create_app(settings: Settings, engines: Engines | None = None, worker: Worke
         handler_args={"keepalive_timeout": settings.http_idle_timeout},
     )
     app[SETTINGS] = settings
+    if routing is not None:
+        app[SOCKET_RELAY] = routing
     # One key for every process that may check a token: the fleet's, else the workers' (None: drawn here).
     token_key = fleet.token_key if fleet is not None else None
     if token_key is None and worker is not None:

@@ -87,7 +87,7 @@ class Vanishing:
     does (its connections drop, new ones are refused), or whose connections `drop()`, without starting
     a second vLLM-Omni server (~20 CPU-s of imports)."""
 
-    def __init__(self, target: Genuine) -> None:
+    def __init__(self, target: Genuine | RunningServer) -> None:
         self.target_port = int(target.url.rsplit(":", 1)[1])
         self.transports: list[asyncio.BaseTransport] = []
         self.pipes: set[asyncio.Task[None]] = set()

@@ -4,7 +4,8 @@ aiortc queues a DataChannel's outgoing messages without bound while the peer ack
 (4.6 MB in 30 s for one peer). The server closes such a peer once its next event would leave more
 than MAX_CHANNEL_BUFFERED_BYTES unsent, as it disconnects a WebSocket client that stops reading, and
 counts it in /metrics. The bound is checked before an event is queued: checked after, one event past
-it was queued whole (a silent peer cost ~34 MB before it was closed).
+it was queued whole (a silent peer cost ~34 MB before it was closed). Its session, resumable by a
+new connection, ends when the grace for that runs out (a short one here).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from rtc_omni.client.rtc_peers import ControlClient, RealtimeClient
 from rtc_omni.metrics import REGISTRY
 from rtc_omni.signaling import peer_session
 
-from .conftest import ClientFactory, RunningServer, ServerFactory
+from .conftest import ClientFactory, ServerFactory
 from .waiting import server_tasks, wait_until
 
 OVERFLOWS = "rtc_omni_datachannel_overflows_total"
 BOUND = 16 * 1024  # 1 MiB takes 70,000 pongs
+GRACE = {"resume_grace": 1.0}
 
 
 async def take_nothing(chunk: Any) -> None:
@@ -36,7 +38,7 @@ async def test_a_peer_that_acknowledges_no_events_is_closed(
     make_server: ServerFactory, make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(peer_session, "MAX_CHANNEL_BUFFERED_BYTES", BOUND)
-    server = await make_server()
+    server = await make_server(**GRACE)
     client = await make_client(server, colour=None, tone=None, config={"modalities": ["text"]})
     before = REGISTRY.get_sample_value(OVERFLOWS) or 0.0
 
@@ -67,8 +69,9 @@ def update(instructions_chars: int) -> dict[str, Any]:
     return {"type": "session.update", "session": {"instructions": "x" * instructions_chars}}
 
 
-async def test_no_event_is_queued_past_the_bound(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_no_event_is_queued_past_the_bound(make_server: ServerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(peer_session, "MAX_CHANNEL_BUFFERED_BYTES", BOUND)
+    server = await make_server(**GRACE)
     client = RealtimeClient(server.url, receive_audio=False)
     try:
         await client.connect()

@@ -28,6 +28,7 @@ from .serve_process import Served, call, mint_key, open_realtime, start_serve
 from .tools import free_port, require_tool
 from .waiting import wait_until
 from .whep_player import WhepPlayer, viewing
+from .wsclient import WsClient
 
 CLUSTER_KEY = secrets.token_hex(32)
 HAPROXY_CONFIG = Path(__file__).resolve().parent.parent / "loadbalancer" / "haproxy.cfg"
@@ -100,6 +101,37 @@ async def test_a_call_made_on_one_gateway_is_watched_and_hung_up_through_the_oth
         await caller.close()
     for served in fleet.gateways:  # the secret is in no log line
         assert CLUSTER_KEY not in served.log.read_text()
+
+
+async def test_a_websocket_session_is_resumed_through_the_other_gateway(fleet: Fleet2) -> None:
+    path = "/v1/realtime?model=synthetic"
+    first = await WsClient.connect(fleet.n0.url.replace("http", "ws") + path)
+    created = await first.wait_event("session.created")
+    assert created["session_id"].startswith("n0.")
+    first.vanish()
+    second = await WsClient.resume(
+        fleet.n1.url.replace("http", "ws") + path, created["session_id"], created["resume_token"], 0
+    )
+    try:
+        resumed = await second.wait_event("session.resumed")  # n0 answers, through n1
+        assert resumed["attachment_generation"] == 2
+        await second.send({"type": "session.update", "session": {"type": "realtime", "instructions": "Hi."}})
+        assert (await second.wait_event("session.updated"))["server_event_seq"] == 1
+        await second.send({"type": "session.close"})
+        await second.wait_closed()
+        assert second.ws.close_code == 1000
+        async with aiohttp.ClientSession() as http:  # session.close ended it on n0
+
+            async def open_on_n0() -> int:
+                async with http.get(f"{fleet.n0.url}/healthz") as answer:
+                    return int((await answer.json())["sessions"])
+
+            async with asyncio.timeout(5):
+                while await open_on_n0():
+                    await asyncio.sleep(0.1)
+    finally:
+        await second.close()
+        await first.close()
 
 
 @pytest.mark.media

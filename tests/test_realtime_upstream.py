@@ -16,7 +16,7 @@ from rtc_omni.sessions.realtime import RealtimeSession
 from rtc_omni.signaling.websocket import WebSocketSession
 
 from .conftest import RunningServer, ServerFactory
-from .genuine import gateway_to
+from .genuine import Vanishing, gateway_to
 from .realtime_client import Realtime, add_user_text, append_audio, connect, text_of, tone_pcm24k
 from .test_bridge import gateway
 from .waiting import wait_until
@@ -122,6 +122,27 @@ async def test_a_lost_upstream_session_is_replaced_with_the_conversation_replaye
         events = await rt.respond()
         assert events[-1]["response"]["status"] == "completed"
         assert earlier_items(events) == 2  # the first question and answer, replayed as text
+        assert not [e for e in rt.events if e["type"] == "error"]
+
+
+async def test_a_dropped_upstream_socket_is_resumed_with_the_same_upstream_session(make_server: ServerFactory) -> None:
+    backend = await make_server()
+    link = Vanishing(backend)  # the network between the gateway and its upstream
+    server = await gateway_to(make_server, await link.start())
+    async with connect(server) as rt:
+        await voice_only(rt)
+        await add_user_text(rt, "First question.")
+        await rt.respond()
+        held = upstream_binding(backend)
+        await link.drop()  # no closing handshake: the upstream keeps the session for its grace
+        await wait_until(lambda: not held.resumable.attached if held.resumable else False, timeout=5)
+
+        await add_user_text(rt, "Second question.")
+        events = await rt.respond()
+        assert events[-1]["response"]["status"] == "completed"
+        assert earlier_items(events) == 2
+        assert upstream_binding(backend) is held  # resumed, not replaced: nothing was sent again
+        assert (await held.stats())["resumes"] == 1
         assert not [e for e in rt.events if e["type"] == "error"]
 
 

@@ -126,7 +126,7 @@ async def test_a_peer_that_vanishes_is_freed_within_the_silence_timeout(make_ser
     import sys
     import time
 
-    server = await make_server(peer_silence_timeout=2.0)
+    server = await make_server(peer_silence_timeout=2.0, resume_grace=0)  # freed at once, not kept for a resume
     client = subprocess.Popen(
         [
             sys.executable,

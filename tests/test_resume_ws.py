@@ -24,22 +24,11 @@ def url(server: RunningServer, path: str = PATH) -> str:
 async def resume(
     server: RunningServer, session_id: str, token: str, last_seq: int, path: str = PATH, **extra: Any
 ) -> WsClient:
-    separator = "&" if "?" in path else "?"
-    client = await WsClient.connect(url(server, path + separator + "resume=1"))
-    await client.send(
-        {
-            "type": "session.resume",
-            "session_id": session_id,
-            "resume_token": token,
-            "last_received_server_event_seq": last_seq,
-            **extra,
-        }
-    )
-    return client
+    return await WsClient.resume(url(server, path), session_id, token, last_seq, **extra)
 
 
 def last_seq(client: WsClient) -> int:
-    return max((e["server_event_seq"] for e in client.events if "server_event_seq" in e), default=0)
+    return client.last_seq
 
 
 def check_with_the_sdk(events: list[dict[str, Any]]) -> None:

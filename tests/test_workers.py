@@ -30,6 +30,7 @@ from rtc_omni.workers.supervisor import worker_settings
 from .prometheus_text import Samples, parsed
 from .serve_process import Served, call, mint_key, open_realtime, start_serve
 from .whep_player import WhepPlayer, viewing
+from .wsclient import WsClient
 
 MAX_CLIENTS = 16  # sessions opened until both workers own one (each lands on either: 2^-15 to miss)
 ROUNDS = 8  # calls per session, each on a new connection, so the kernel picks a worker each time
@@ -82,6 +83,9 @@ async def test_every_session_route_reaches_the_worker_that_owns_it(served: Serve
                     await controller.connect(kind="control", session_id=one_of_worker.session_id)
                 finally:
                     await controller.close()
+            # So does a resume, which names the session in its body too.
+            for _ in range(3):
+                await one_of_worker.resume()
             # A WHEP player's offer and its viewer resource (Location) reach the owner too.
             player = WhepPlayer("audio")
             try:
@@ -97,6 +101,32 @@ async def test_every_session_route_reaches_the_worker_that_owns_it(served: Serve
         await asyncio.gather(*(client.close() for client in clients))
     served.process.send_signal(signal.SIGTERM)
     assert served.process.wait(timeout=30) == 0
+
+
+async def test_a_websocket_session_is_resumed_on_whichever_worker_the_socket_lands(served: Served) -> None:
+    """Each resume socket lands on either worker (SO_REUSEPORT): one on the sibling is relayed to the owner."""
+    url = served.url.replace("http", "ws") + "/v1/realtime?model=synthetic"
+    sockets: list[WsClient] = []
+    owners: set[str] = set()
+    try:
+        while owners != {"w0", "w1"}:
+            assert len(sockets) < MAX_CLIENTS
+            sockets.append(await WsClient.connect(url))
+            created = await sockets[-1].wait_event("session.created")
+            if owner(created["session_id"]) in owners:
+                continue
+            owners.add(owner(created["session_id"]))
+            token, seq = created["resume_token"], 0
+            for _ in range(ROUNDS // 2):
+                sockets[-1].vanish()
+                sockets.append(await WsClient.resume(url, created["session_id"], token, seq))
+                resumed = await sockets[-1].wait_event("session.resumed")
+                token = resumed["resume_token"]
+                await sockets[-1].send({"type": "session.update", "session": {"type": "realtime"}})
+                await sockets[-1].wait_event("session.updated")
+                seq = sockets[-1].last_seq
+    finally:
+        await asyncio.gather(*(socket.close() for socket in sockets))
 
 
 async def keys_from_both_workers(url: str) -> list[str]:

@@ -90,6 +90,19 @@ class WsClient:
         async with asyncio.timeout(timeout):
             await self.closed.wait()
 
+    @classmethod
+    async def resume(cls, url: str, session_id: str, token: str, last_seq: int, **extra: Any) -> WsClient:
+        """A new socket taking the session over (`url`: the endpoint the session was opened on)."""
+        client = await cls.connect(url + ("&" if "?" in url else "?") + "resume=1")
+        resume = {"session_id": session_id, "resume_token": token, "last_received_server_event_seq": last_seq}
+        await client.send({"type": "session.resume", **resume, **extra})
+        return client
+
+    @property
+    def last_seq(self) -> int:
+        """The highest `server_event_seq` received (0: none)."""
+        return max((e["server_event_seq"] for e in self.events if "server_event_seq" in e), default=0)
+
     def vanish(self) -> None:
         """Drop the connection with no closing handshake, as a network change does."""
         connection = self.ws._response.connection

@@ -3,7 +3,7 @@
 A peer can resume its session on a new peer connection (`resume()`, or by itself with `auto_resume`)
 when its network changes or its connection is lost: it keeps the session's resume token and the last
 `server_event_seq` it received, drops any event it already has, and sends its media again through a
-fresh subscription of each source (a sender whose connection ends stops the track it reads).
+fresh view of each source (`Borrowed`: a sender whose connection ends stops the track it reads).
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from aiortc import (
     RTCRtpTransceiver,
     RTCSessionDescription,
 )
-from aiortc.mediastreams import MediaStreamTrack
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from ..media.fanout import TrackFanout
 from ..patches.jitter import release_audio_on_arrival
 from ..signaling.ice import rtc_configuration
 from .media import AudioRecorder, ColourVideoTrack, FrameRateCap, VideoReceiver, camera_send_fps
@@ -67,6 +66,23 @@ def prefer_video_codec(transceiver: RTCRtpTransceiver, codec: str) -> None:
     if not preferred:
         raise ValueError(f"unknown video codec {codec!r}")
     transceiver.setCodecPreferences(preferred + [c for c in codecs if c.mimeType.lower() == "video/rtx"])
+
+
+class Borrowed(MediaStreamTrack):
+    """One connection's view of a local track that outlives the connection: frames come from the
+    source, and stopping the view (as aiortc's sender does when its connection ends) leaves the source
+    running for the next connection. While a resume replaces a connection still up, the two share the
+    source's frames: the server, taking both into one session, gets each frame once."""
+
+    def __init__(self, source: MediaStreamTrack) -> None:
+        super().__init__()
+        self.kind = source.kind
+        self.source = source
+
+    async def recv(self) -> Any:
+        if self.readyState != "live":
+            raise MediaStreamError
+        return await self.source.recv()
 
 
 class SignalingError(Exception):
@@ -408,27 +424,23 @@ class MediaClient(ControlClient):
         super().__init__(server, token, ice_servers, relay_only, control, auto_resume)
         self.video, self.audio = video, audio
         self.camera: ColourVideoTrack | FrameRateCap | None = None  # the camera whose rate follows sample_fps
-        video_sent: MediaStreamTrack | None = video  # what the video sender sends
+        self.video_sent: MediaStreamTrack | None = video  # what the video sender sends, each connection a view
         if video is not None and not getattr(video, "pre_encoded", False):  # encoded frames depend on each other
             self.camera = video if isinstance(video, ColourVideoTrack) else FrameRateCap(video)
             self.camera.max_fps = camera_send_fps(DEFAULT_SAMPLE_FPS)
-            video_sent = self.camera
-        # Each connection sends its own subscription: the one a lost connection's sender stops, the
-        # sources go on for the next.
-        self._video_out = TrackFanout(video_sent) if video_sent is not None else None
-        self._audio_out = TrackFanout(audio) if audio is not None else None
+            self.video_sent = self.camera
         self.video_codec = video_codec
         self.receive_audio = receive_audio
         self.recorder: AudioRecorder | None = None
 
     def _add_transceivers(self) -> None:
-        if self._video_out is not None:
-            transceiver = self.pc.addTransceiver(self._video_out.subscribe(), direction="sendonly")
+        if self.video_sent is not None:
+            transceiver = self.pc.addTransceiver(Borrowed(self.video_sent), direction="sendonly")
             if self.video_codec is not None:
                 prefer_video_codec(transceiver, self.video_codec)
-        if self._audio_out is not None:
+        if self.audio is not None:
             direction = "sendrecv" if self.receive_audio else "sendonly"
-            self.pc.addTransceiver(self._audio_out.subscribe(), direction=direction)
+            self.pc.addTransceiver(Borrowed(self.audio), direction=direction)
         elif self.receive_audio:
             self.pc.addTransceiver("audio", direction="recvonly")
 
@@ -443,10 +455,9 @@ class MediaClient(ControlClient):
         if self.recorder is not None:
             await self.recorder.stop()
         await super().close()
-        for fanout in (self._video_out, self._audio_out):
-            if fanout is not None:
-                fanout.stop()
-                fanout.source.stop()
+        for source in (self.video_sent, self.audio):
+            if source is not None:
+                source.stop()
 
 
 class UnderstandClient(MediaClient):

@@ -74,10 +74,10 @@ class NotServed(EngineError):
 
 
 def _is_vllm_duplex(session: object) -> bool:
-    """Whether `session.created` describes vLLM-Omni's duplex session (its own object, with
-    `capabilities`), not an OpenAI Realtime session (`type: "realtime"`: OpenAI, an rtc-omni engine
-    process), though both may give a resume token."""
-    return isinstance(session, dict) and "capabilities" in session and session.get("type") != "realtime"
+    """Whether `session.created` describes vLLM-Omni's duplex session: its session object has
+    `capabilities`, which OpenAI's and an rtc-omni engine process's have not (all three may give a
+    resume token, and vLLM-Omni's also says `type: "realtime"`)."""
+    return isinstance(session, dict) and isinstance(session.get("capabilities"), dict)
 
 
 def _error_text(event: dict[str, Any]) -> str:

@@ -112,8 +112,8 @@ class Session(ABC, Generic[M, E]):
         self._waiting_since = time.monotonic()
 
     def connection_changed(self) -> None:
-        """The client's connection was lost or resumed (sessions/journal.py): the idle clock starts
-        again, so the grace spent waiting for the client is not counted as its idleness."""
+        """Its connection was lost, or resumed (sessions/journal.py): the idle clock starts again, so
+        that a session never idles out while its client cannot speak, nor as soon as it is back."""
         self._touch()
 
     def notify(self, message: str) -> None:

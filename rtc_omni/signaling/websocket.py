@@ -24,7 +24,6 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from pydantic import BaseModel, ValidationError
 from pydantic import Field as PydanticField
 
-from ..config import Settings
 from ..logs import SESSION_ID
 from ..media.fmp4_sink import Fmp4ChunkSink
 from ..protocol import generate_messages as generate_proto
@@ -40,13 +39,14 @@ from ..sessions.journal import (
     ResumeRefused,
     dumps,
     envelope,
+    resumable_session,
 )
 from ..sessions.registry import SessionLimitReached
 from ..tasks import TaskSet
 from .capabilities import resume_headers
 from .client_secrets import opening_config, spend_key
 from .factory import AnySession, KindNotServed, Services, create_session
-from .keys import REGISTRY, SETTINGS
+from .keys import REGISTRY, SETTINGS, SOCKET_RELAY
 from .limits import opens_session
 
 logger = logging.getLogger(__name__)
@@ -238,6 +238,7 @@ class WebSocketSession:
         if self.resumable is not None:
             self.resumable.attach()
             self.resumable.confirm()  # its session.resumed is queued ahead of everything else
+            self.session.connection_changed()
         tasks = TaskSet()
         tasks.spawn(socket.outbox.run())
         if not self._started:
@@ -302,6 +303,7 @@ class WebSocketSession:
         self._socket = None
         self.carrier.attach(None)
         self.resumable.detach(self.close)
+        self.session.connection_changed()
         await tasks.cancel_all()
         if socket.transport is not None:
             socket.transport.abort()
@@ -393,6 +395,9 @@ async def _resume(request: web.Request, ws: web.WebSocketResponse, kind: str, ra
         detail = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
         return await _refuse(ws, f"invalid session.resume: {detail}", INVALID_RESUME)
     binding = request.app[REGISTRY].get(asked.session_id)
+    relay = request.app.get(SOCKET_RELAY)
+    if binding is None and relay is not None and await relay.relay_websocket(request, ws, raw, asked.session_id):
+        return ws
     try:
         if binding is None:
             raise ResumeRefused(RESUME_EXPIRED, f"unknown or expired session: {asked.session_id}")
@@ -418,12 +423,6 @@ def _is_resume(raw: str) -> bool:
     return isinstance(message, dict) and message.get("type") == "session.resume"
 
 
-def _resumable(settings: Settings, session_id: str) -> Resumable | None:
-    if settings.resume_grace <= 0:
-        return None
-    return Resumable(session_id, settings.resume_grace, settings.resume_journal_bytes, settings.resume_journal_retain_s)
-
-
 async def _serve(
     request: web.Request, kind: str, max_msg_size: int, realtime_config: dict[str, Any] | None = None
 ) -> web.WebSocketResponse:
@@ -433,7 +432,7 @@ async def _serve(
     resuming = request.query.get(RESUME_PARAMETER) == "1" and settings.resume_grace > 0
     session_id = registry.new_session_id()
     SESSION_ID.set(session_id)
-    resumable = _resumable(settings, session_id)
+    resumable = resumable_session(settings, session_id)
     if not resuming:  # a ?resume=1 socket may resume another session: its session.resumed says which
         ws.headers.update(resume_headers(session_id, resumable))
     await ws.prepare(request)

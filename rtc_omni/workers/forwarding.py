@@ -18,6 +18,7 @@ forwards a signed request to another node, so no request goes round in circles.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -62,6 +63,8 @@ _HOP_BY_HOP = frozenset(
 FORWARD_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=120)
 REDEEM_TIMEOUT = aiohttp.ClientTimeout(total=5)
 RELAY_CHUNK_BYTES = 64 * 1024
+RELAY_WS_TIMEOUT = aiohttp.ClientWSTimeout(ws_receive=None, ws_close=10.0)
+RELAY_CLOSE_TIMEOUT_S = 10.0
 
 
 def _came_from_sibling(request: web.Request) -> bool:
@@ -125,6 +128,7 @@ class _Hop:
     client: aiohttp.ClientSession
     base_url: str
     signed: bool  # a hop to another gateway carries this node's signature
+    socket_path: str | None = None  # a sibling's Unix socket
 
 
 async def _addressed_session(request: web.Request) -> str | None:
@@ -139,6 +143,54 @@ async def _addressed_session(request: web.Request) -> str | None:
         return None
     named = body.get("session_id") if isinstance(body, dict) and body.get("kind") in ("control", "resume") else None
     return named if isinstance(named, str) else None
+
+
+async def _pump_both_ways(
+    client: web.WebSocketResponse, client_transport: asyncio.Transport | None, owner: aiohttp.ClientWebSocketResponse
+) -> bool:
+    """Relay messages until either side goes. A closing handshake is passed on with its code; True when
+    the client's connection was lost without one, which the caller must pass on as a loss too (the
+    owner keeps a session whose socket was lost, and ends one whose client closed it)."""
+
+    async def to_owner() -> bool:
+        while True:
+            message = await client.receive()
+            if message.type == aiohttp.WSMsgType.TEXT:
+                await owner.send_str(message.data)
+            elif message.type == aiohttp.WSMsgType.BINARY:
+                await owner.send_bytes(message.data)
+            elif message.type == aiohttp.WSMsgType.CLOSE:
+                await owner.close(code=client.close_code or aiohttp.WSCloseCode.OK)
+                return False
+            else:
+                return True
+
+    async def to_client() -> bool:
+        while True:
+            message = await owner.receive()
+            if message.type == aiohttp.WSMsgType.TEXT:
+                await client.send_str(message.data)
+            elif message.type == aiohttp.WSMsgType.BINARY:
+                await client.send_bytes(message.data)
+            elif message.type == aiohttp.WSMsgType.CLOSE:
+                await client.close(code=owner.close_code or aiohttp.WSCloseCode.OK)
+                return False
+            else:
+                if client_transport is not None:  # the owner is gone without a close: so is the client's socket
+                    client_transport.abort()
+                return False
+
+    upward, downward = asyncio.ensure_future(to_owner()), asyncio.ensure_future(to_client())
+    try:
+        await asyncio.wait([upward, downward], return_when=asyncio.FIRST_COMPLETED)
+        if upward.done() and not upward.cancelled() and upward.exception() is None and upward.result():
+            return True
+        await asyncio.wait([upward, downward], timeout=RELAY_CLOSE_TIMEOUT_S)  # the close passed on
+        return False
+    finally:
+        for task in (upward, downward):
+            task.cancel()
+        await asyncio.gather(upward, downward, return_exceptions=True)
 
 
 class OwnerRouting:
@@ -189,7 +241,8 @@ class OwnerRouting:
         owner = self.worker.owner_of(rest)
         if owner is None or owner == self.worker.index:
             return None
-        return _Hop(f"worker {owner}", self._sibling_client(owner), f"http://worker-{owner}", False)
+        path = str(self.worker.socket_path(owner))
+        return _Hop(f"worker {owner}", self._sibling_client(owner), f"http://worker-{owner}", False, path)
 
     def _client(self, name: str, socket_path: str | None) -> aiohttp.ClientSession:
         if name not in self._clients:
@@ -240,6 +293,35 @@ class OwnerRouting:
                 await relayed.write(chunk)
             await relayed.write_eof()
         return relayed
+
+    async def relay_websocket(
+        self, request: web.Request, ws: web.WebSocketResponse, first: str, session_id: str
+    ) -> bool:
+        """Carry a resuming WebSocket to its session's owner: the same path and query, `first` sent
+        ahead, then every message both ways until one side closes, whose close code the other gets."""
+        hop = self._next_hop(session_id, FORWARDED_BY_NODE in request)
+        if hop is None:
+            return False
+        headers = {FORWARDED_FOR: request.remote or "", FORWARDED_ORIGIN: f"{request.scheme}://{request.host}"}
+        headers.update(self._hop_headers(hop, "GET", request.path))
+        # A client of its own: closing it drops the connection with no closing handshake, which is how
+        # the owner must learn that the client's connection was lost (it then keeps the session).
+        connector = aiohttp.TCPConnector() if hop.socket_path is None else aiohttp.UnixConnector(path=hop.socket_path)
+        async with aiohttp.ClientSession(connector=connector, timeout=FORWARD_TIMEOUT) as http:
+            try:
+                # No size limit this way: the owner bounds what it sends, and `ws` what the client sends.
+                url = f"{hop.base_url}{request.path_qs}"
+                owner = await http.ws_connect(url, headers=headers, max_msg_size=0, timeout=RELAY_WS_TIMEOUT)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                logger.warning("%s could not reach %s to resume %s: %s", self._name, hop.name, session_id, exc)
+                unreachable = f"the {hop.name} that owns this session is unreachable"
+                await ws.send_json({"type": "error", "message": unreachable})
+                await ws.close()
+                return True
+            await owner.send_str(first)
+            if not await _pump_both_ways(ws, request.transport, owner):
+                await owner.close()
+        return True
 
     async def redeem(self, key: str) -> Grant | None:
         """The grant of `key`, redeemed by the process that minted it; None if it is not valid."""
