@@ -11,6 +11,9 @@ jittery path. The lossy probe runs its server and peers in one process, so both 
 Only UDP is dropped: media, RTCP, STUN, DTLS and SCTP (the DataChannel) all ride on it, while the
 HTTP signaling (TCP) stays reliable, as it would on a real network with TCP retransmissions.
 
+`udp_port_cut` instead drops one port's datagrams for good, in the caller's own namespace: a path
+that never comes back, as after a network change, while the rest of the namespace is untouched.
+
 Each namespace is created and deleted here (root and the `nftables` package needed), so rules
 never touch another test's traffic. Under CI (CI=true) missing tools are a failure, else a skip.
 """
@@ -43,9 +46,10 @@ def require_nftables() -> None:
         unavailable(f"lossy-network tests need network namespaces and nftables: {why}")
 
 
-def nft(namespace: str, script: str) -> None:
-    """Run an nftables script inside `namespace`."""
-    subprocess.run(["ip", "netns", "exec", namespace, "nft", "-f", "-"], input=script, text=True, check=True)
+def nft(namespace: str | None, script: str) -> None:
+    """Run an nftables script inside `namespace` (None: this process's own)."""
+    inside = ["ip", "netns", "exec", namespace] if namespace else []
+    subprocess.run([*inside, "nft", "-f", "-"], input=script, text=True, check=True)
 
 
 def set_random_loss(namespace: str, percent: int) -> None:
@@ -77,6 +81,26 @@ def lossy_namespace() -> Iterator[str]:
         yield name
     finally:
         subprocess.run(["ip", "netns", "delete", name], check=False)
+
+
+@contextlib.contextmanager
+def udp_port_cut(port: int) -> Iterator[None]:
+    """Drop every UDP datagram to or from `port`, in this process's namespace, until the block ends:
+    a network path gone for good (the old address after a Wi-Fi change), which ICE consent checks
+    cannot heal. Only that port's traffic: the tests beside this one may share the namespace."""
+    require_nftables()
+    table = f"rtc_omni_cut_{os.getpid()}_{port}"
+    nft(
+        None,
+        f"add table inet {table}\n"
+        f"add chain inet {table} input {{ type filter hook input priority 0; }}\n"
+        f"add rule inet {table} input udp dport {port} drop\n"
+        f"add rule inet {table} input udp sport {port} drop\n",
+    )
+    try:
+        yield
+    finally:
+        nft(None, f"delete table inet {table}\n")
 
 
 class _DelayedTransport:

@@ -15,20 +15,26 @@ function url(path) {
   return new URL(path, document.baseURI).toString();
 }
 
-/** Why a response failed, in words: the server's JSON `error` if it sent one. */
-async function describeFailure(response) {
-  let detail = "";
+/** The server's reason, in words; `status` is the HTTP status (0: no answer), which says whether to try again. */
+export class ServerError extends Error {
+  constructor(message, status = 0) {
+    super(message);
+    this.status = status;
+  }
+}
+
+/** Why a response failed, as a ServerError: the server's JSON `error` if it sent one. */
+async function failure(response, prefix = "") {
+  let detail = response.statusText;
   try {
     const body = await response.json();
     detail = body && body.error ? body.error : JSON.stringify(body);
   } catch {
-    detail = response.statusText;
+    // not JSON: the status line says it
   }
   const hint = response.status === 401 || response.status === 403 ? " Check the access token." : "";
-  return `${detail} (HTTP ${response.status}).${hint}`;
+  return new ServerError(`${prefix}${detail} (HTTP ${response.status}).${hint}`, response.status);
 }
-
-export class ServerError extends Error {}
 
 /**
  * The server's ICE facts from `/v1/ice-servers` when it has that endpoint: `iceServers` (none: loopback,
@@ -51,23 +57,25 @@ export async function iceConfig(timeoutMs = 3000) {
 }
 
 /**
- * POST the offer; returns {sdp, type, session_id, session_token, view_token} or throws ServerError
- * with the server's reason. The session token opens the session's own URLs below (docs/operations.md).
+ * POST the offer with `fields` (`kind`; for a resume also `session_id`, `resume_token` ...: docs/browser.md);
+ * returns {sdp, type, session_id, session_token, view_token, resume_token, resume_grace_s} or throws
+ * ServerError with the server's reason. The session token opens the session's own URLs below (docs/operations.md).
  */
-export async function postOffer(sdp, kind, timeoutMs = 15000) {
+export async function postOffer(sdp, fields, timeoutMs = 15000) {
   let response;
   try {
     response = await fetch(url("v1/rtc/offer"), {
       method: "POST",
       headers: headers({ "Content-Type": "application/json" }),
-      body: JSON.stringify({ sdp, type: "offer", kind }),
+      body: JSON.stringify({ sdp, type: "offer", ...fields }),
       signal: AbortSignal.timeout(timeoutMs),
     });
   } catch (error) {
     if (error.name === "TimeoutError") throw new ServerError(`The server did not answer within ${timeoutMs / 1000} s.`);
     throw new ServerError(`Could not reach the server: ${error.message}`);
   }
-  if (!response.ok) throw new ServerError(`The server refused the session: ${await describeFailure(response)}`);
+  const what = fields.kind === "resume" ? "to resume the session" : "the session";
+  if (!response.ok) throw await failure(response, `The server refused ${what}: `);
   return response.json();
 }
 
@@ -103,6 +111,6 @@ export async function fetchRecording(sessionId, sessionToken) {
     headers: headers({}, sessionToken),
     signal: AbortSignal.timeout(30000),
   });
-  if (!response.ok) throw new ServerError(await describeFailure(response));
+  if (!response.ok) throw await failure(response);
   return response.blob();
 }

@@ -1,7 +1,7 @@
 // The Generate view: a generation session (prompt in, generated video out on an RTP track).
 
-import { deleteSession, fetchRecording } from "./api.js";
-import { connectSession, lostReason } from "./rtc.js";
+import { fetchRecording } from "./api.js";
+import { RECONNECTING, connectSession } from "./rtc.js";
 import { $, Notice, setText } from "./ui.js";
 
 const PROGRESS_INTERVAL_MS = 250;
@@ -19,6 +19,8 @@ export class GenerateView {
     this.generated = 0;
     this.chunkFrames = 0; // frames in the first chunk: how many chunks the video will have
     this.framesDecoded = 0;
+    this.decodedBefore = 0; // frames decoded on the connections a resume replaced
+    this.decodedHere = 0; // frames decoded on the current connection
     this.frameSize = null;
     this.started = false;
     this.done = null; // the session.done event
@@ -88,11 +90,18 @@ export class GenerateView {
     try {
       this.session = await connectSession("generate", {
         addMedia: (pc) => pc.addTransceiver("video", { direction: "recvonly" }),
+        // A resumed session arrives on a new connection's track: the video plays that one from then on.
         onTrack: (event) => {
           if (event.track.kind === "video") this.video.srcObject = new MediaStream([event.track]);
         },
         onMessage: (message) => this.onMessage(message),
-        onState: (state) => this.onConnectionState(state),
+        onReconnecting: () => this.notice.show(RECONNECTING, "warning"),
+        onResumed: () => {
+          this.decodedBefore += this.decodedHere; // the new connection counts from 0
+          this.decodedHere = 0;
+          this.notice.clearWarning();
+        },
+        onLost: (reason) => this.onLost(reason),
       });
     } catch (error) {
       this.notice.show(error.message);
@@ -227,14 +236,18 @@ export class GenerateView {
 
   async updateProgress() {
     if (!this.session) return;
-    let decoded = 0;
-    const report = await this.session.pc.getStats();
+    let decodedHere = 0;
+    const pc = this.session.pc;
+    const report = await pc.getStats();
     report.forEach((stat) => {
       if (stat.type === "inbound-rtp" && stat.kind === "video") {
-        decoded = stat.framesDecoded || 0;
+        decodedHere = stat.framesDecoded || 0;
         if (stat.frameWidth) this.frameSize = `${stat.frameWidth}x${stat.frameHeight}`;
       }
     });
+    if (!this.session || pc !== this.session.pc) return; // resumed meanwhile: the next poll reads the new one
+    this.decodedHere = decodedHere;
+    const decoded = this.decodedBefore + decodedHere;
     // The server repeats the last frame once (uncounted) so that it shows: do not count it.
     this.framesDecoded = this.requested ? Math.min(decoded, this.requested) : decoded;
     const progress = $("gen-progress");
@@ -245,24 +258,18 @@ export class GenerateView {
     $("gen-progress-text").textContent = `${this.framesDecoded}${of}${generated}`;
   }
 
-  onConnectionState(state) {
-    if (state === "failed" && this.session) {
-      const why = lostReason(this.session.pc);
-      this.notice.show(`The connection to the server failed: ${why}. Press Generate to try again.`);
-      this.close();
-      this.phase = "idle";
-      this.refresh();
-      this.status("Connection failed.");
-    }
+  onLost(reason) {
+    this.notice.show(`The connection to the server failed: ${reason}. Press Generate to try again.`);
+    this.close();
+    this.phase = "idle";
+    this.refresh();
+    this.status("Connection failed.");
   }
 
   close() {
     clearInterval(this.timer);
     this.timer = null;
-    if (this.session) {
-      deleteSession(this.session.sessionId, this.session.sessionToken);
-      this.session.pc.close();
-    }
+    if (this.session) this.session.close();
     this.session = null;
   }
 
@@ -272,6 +279,8 @@ export class GenerateView {
     this.generated = 0;
     this.chunkFrames = 0;
     this.framesDecoded = 0;
+    this.decodedBefore = 0;
+    this.decodedHere = 0;
     this.video.srcObject = null;
     $("gen-events").replaceChildren();
     $("gen-download").hidden = true;

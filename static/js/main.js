@@ -2,6 +2,7 @@
 
 import { setToken } from "./api.js";
 import { GenerateView } from "./generate.js";
+import { resumeCount } from "./rtc.js";
 import { TalkView } from "./talk.js";
 import { $ } from "./ui.js";
 
@@ -47,4 +48,10 @@ setupToken();
 // At phone width the settings start folded, so the conversation is one scroll away.
 if (window.matchMedia("(max-width: 760px)").matches) document.querySelector("details.settings").open = false;
 // Exposed for debugging from the console (and for the browser tests).
-window.rtcOmni = { talk: new TalkView(), generate: new GenerateView() };
+window.rtcOmni = {
+  talk: new TalkView(),
+  generate: new GenerateView(),
+  get resumes() {
+    return resumeCount(); // sessions resumed on a new connection after a network change
+  },
+};

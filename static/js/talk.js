@@ -1,8 +1,8 @@
 // The Talk view: an understanding session (camera + mic in, text + talker audio out).
 
-import { deleteSession, sessionStats } from "./api.js";
+import { sessionStats } from "./api.js";
 import { LevelMeter, audioContext } from "./meter.js";
-import { connectSession, lostReason } from "./rtc.js";
+import { RECONNECTING, connectSession } from "./rtc.js";
 import { $, Notice, icon, mediaErrorMessage, seconds, setText } from "./ui.js";
 
 const PING_INTERVAL_MS = 2000;
@@ -124,6 +124,7 @@ export class TalkView {
     this.talkerMeter = new LevelMeter($("talker-level"));
     this.session = null;
     this.connecting = false;
+    this.reconnecting = false; // the connection was lost: the session resumes on a new one
     this.stream = null;
     this.cameraSender = null; // its maxFramerate follows the session's sample_fps
     this.micProbe = null; // a clone of the mic track: the meter shows the mic even while it is not sent
@@ -214,6 +215,9 @@ export class TalkView {
         },
         onMessage: (message) => this.onMessage(message),
         onState: (state) => this.onConnectionState(state),
+        onReconnecting: () => this.onReconnecting(),
+        onResumed: () => this.onResumed(),
+        onLost: (reason) => this.onLost(reason),
       });
     } catch (error) {
       this.connecting = false;
@@ -239,12 +243,9 @@ export class TalkView {
     this.session = null;
     for (const timer of this.timers) clearInterval(timer);
     this.timers = [];
-    if (session) {
-      deleteSession(session.sessionId, session.sessionToken);
-      session.pc.close();
-    }
-    for (const turn of this.turns) if (turn.open) turn.setState("interrupted");
-    this.pending = [];
+    if (session) session.close();
+    this.reconnecting = false;
+    this.interruptOpenTurns();
     this.stopMedia();
     this.configState = "none";
     this.framesBuffered = 0;
@@ -270,21 +271,44 @@ export class TalkView {
 
   onConnectionState(state) {
     $("hud-state").textContent = state;
-    if (state === "failed" && this.session) {
-      this.notice.show(`The connection to the server failed: ${lostReason(this.session.pc)}. Connect again.`);
-      this.disconnect("failed");
-    } else if (state === "disconnected") {
+    if (state === "disconnected") {
       this.notice.show("The connection is interrupted; waiting for it to come back…", "warning");
-    } else if (state === "connected") {
-      if (this.notice.box.dataset.level === "warning") this.notice.clear();
-    }
+    } else if (state === "connected") this.notice.clearWarning();
+  }
+
+  onReconnecting() {
+    this.reconnecting = true;
+    $("hud-state").textContent = "reconnecting";
+    this.notice.show(RECONNECTING, "warning");
+    this.refresh();
+  }
+
+  /** The session goes on over a new connection: its talker track is new, and so are its stats. */
+  onResumed() {
+    this.reconnecting = false;
+    $("hud-state").textContent = this.session.pc.connectionState;
+    this.notice.clearWarning();
+    this.pingSentAt = null; // a ping sent into the lost connection gets no pong
+    for (const turn of this.turns) turn.audioBaseline = null;
+    this.refresh();
+  }
+
+  onLost(reason) {
+    this.notice.show(`The connection to the server failed: ${reason}. Connect again.`);
+    this.disconnect("failed");
+  }
+
+  /** Mark the open turns interrupted: their answers will not come (disconnected, or lost in a resume). */
+  interruptOpenTurns() {
+    for (const turn of this.turns) if (turn.open) turn.setState("interrupted");
+    this.pending = [];
   }
 
   // ---- what the page shows: state, meters, which controls work ---------------------------
 
   /** The server can take a question: settings applied and at least one camera frame buffered. */
   get ready() {
-    return Boolean(this.session) && this.configState === "applied" && this.framesBuffered > 0;
+    return Boolean(this.session) && !this.reconnecting && this.configState === "applied" && this.framesBuffered > 0;
   }
 
   get micLive() {
@@ -341,6 +365,7 @@ export class TalkView {
 
   conversationState() {
     if (this.connecting) return ["connecting", "Connecting…"];
+    if (this.reconnecting) return ["connecting", "Reconnecting…"];
     if (!this.session) return ["off", "Not connected"];
     if (this.configState === "rejected") return ["connecting", "Settings rejected: fix them and apply again"];
     if (this.configState !== "applied") return ["connecting", "Applying the settings…"];
@@ -497,6 +522,9 @@ export class TalkView {
         break;
       case "error":
         this.onError(message, turn);
+        break;
+      case "session.resync_required": // events of the session were lost in a resume
+        this.interruptOpenTurns();
         break;
       default:
         break; // video.frames.consumed, session.done: the HUD polls stats instead

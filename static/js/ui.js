@@ -20,6 +20,11 @@ export class Notice {
     this.box.hidden = true;
     this.text.textContent = "";
   }
+
+  /** Clear a warning, whose cause has passed; an error stays until dismissed. */
+  clearWarning() {
+    if (this.box.dataset.level === "warning") this.clear();
+  }
 }
 
 /** Set an element's text only when it changes: views refresh often, and screen readers follow live text. */

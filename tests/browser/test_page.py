@@ -1,7 +1,8 @@
 """The browser client in headless Chromium: what a user sees on the Talk and Generate views.
 
 Chromium's fake camera shows a still blue picture and its fake microphone plays a 660 Hz tone
-(conftest.py writes both files); the synthetic engines describe exactly what they receive.
+(conftest.py writes both files); the synthetic engines describe exactly what they receive. A
+network change is made by dropping the old path's UDP port with nftables (tests/lossy.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 from ..https_server import Certificate, rtc_omni_serve
+from ..lossy import udp_port_cut
 from ..tools import under_ci
 from .conftest import BROWSER_LOOP, CAMERA_COLOUR, MIC_TONE_HZ, PageFactory
 
@@ -504,3 +506,55 @@ async def test_the_microphone_sends_the_60_ms_packets_the_answer_asks_for(
     await page.wait_for_timeout(1000)  # a second of audio, so the first packets weigh little
     rate = await page.evaluate(MIC_PACKETS_PER_SECOND)
     assert rate is not None and rate < 30, f"{rate} packets per second of audio: 50 means 20 ms packets"
+
+
+# The server's port on the candidate pair the page's connection uses now.
+SERVER_ICE_PORT = """async () => {
+  const report = await window.rtcOmni.talk.session.pc.getStats();
+  let port = null;
+  report.forEach((s) => {
+    if (s.type === "transport" && s.selectedCandidatePairId) {
+      port = report.get(report.get(s.selectedCandidatePairId).remoteCandidateId).port;
+    }
+  });
+  return port;
+}"""
+
+# Every text the state line shows from now on, into window.stateLine: a resume on loopback takes
+# well under a second, which a poll for the text can miss.
+RECORD_STATE_LINE = """() => {
+  const line = document.getElementById("talk-state-text");
+  window.stateLine = [];
+  const record = () => window.stateLine.push(line.textContent);
+  new MutationObserver(record).observe(line, {childList: true, characterData: true, subtree: true});
+}"""
+
+
+async def test_page_resumes_after_network_cut(make_server: Any, open_page: PageFactory) -> None:
+    """The old path is cut for good mid-answer (as by a network change), so ICE consent cannot heal
+    it: the page resumes the session on a new connection by itself, and the conversation goes on."""
+    server = await make_server()  # --resume-grace 30 s, the default
+    page = await open_page(server.url)
+    await connect_talk(page)
+    session_id = await page.evaluate("window.rtcOmni.talk.session.sessionId")
+    port = await page.evaluate(SERVER_ICE_PORT)
+    assert isinstance(port, int), port
+    await ask(page, "What colour do you see?")
+    await expect(turn(page, 0)).to_have_attribute("data-state", "speaking", timeout=20_000)
+
+    await page.evaluate(RECORD_STATE_LINE)
+    with udp_port_cut(port):
+        await page.wait_for_function("() => window.rtcOmni.resumes >= 1", timeout=30_000)
+        assert "Reconnecting…" in await page.evaluate("window.stateLine"), "the page never said it reconnects"
+        await expect(page.locator("#hud-state")).to_have_text("connected")
+        assert await page.evaluate("window.rtcOmni.talk.session.sessionId") == session_id
+        assert await page.evaluate(SERVER_ICE_PORT) != port, "the resumed connection uses the cut path"
+        await expect(page.locator("#talk-notice")).to_be_hidden()
+        # The answer cut off ends as it would have, its text shown once.
+        await expect(turn(page, 0)).to_have_attribute("data-state", "done", timeout=30_000)
+        assert (await turn(page, 0).locator(".answer").inner_text()).count("You asked:") == 1
+
+        await ask(page, "And now?")
+        await expect(turn(page, 1).locator(".answer")).to_contain_text(f"mostly {CAMERA_COLOUR[0]}", timeout=20_000)
+        # Heard: the talker meter, on the new connection's track (the old one ended with its pc), hears it.
+        await expect(turn(page, 1)).to_have_attribute("data-state", "speaking", timeout=20_000)
