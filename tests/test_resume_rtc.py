@@ -22,6 +22,8 @@ from rtc_omni.signaling.ice import rtc_configuration
 from rtc_omni.signaling.keys import DRAIN
 
 from .conftest import ClientFactory, RunningServer, ServerFactory, http_json
+from .generate_client import SMALL, received_through
+from .generate_client import connect as connect_generate
 from .waiting import wait_until
 from .whip_client import SDP, http_raw, publisher_offer
 
@@ -248,3 +250,25 @@ async def test_a_whip_publisher_republishes_on_a_new_connection(server: RunningS
     finally:
         await first.close()
         await second.close()
+
+
+async def test_a_generation_taken_over_mid_stream_goes_on_on_the_new_connection(make_server: ServerFactory) -> None:
+    """The old and the new connection never encode the same generated frames (two encoder threads
+    reformatting one PyAV frame crashed the server): the video moves to the new one and completes."""
+    server = await make_server(synthetic_chunk_frames=24, **RESUME)
+    client = await connect_generate(server)
+    try:
+        await client.start(prompt="a red square", fps=24, num_frames=144, **SMALL)
+        await wait_until(lambda: client.receiver is not None and len(client.receiver.frames) >= 24, timeout=10)
+        for _ in range(3):  # each resume a takeover of a connection that is still sending
+            await client.resume()
+            before = len(client.receiver.frames) if client.receiver else 0
+            await wait_until(lambda n=before: client.receiver is not None and len(client.receiver.frames) > n + 5)
+        done = await client.wait_event("session.done", timeout=30)
+        assert done["frames"] == 144 and done["stopped"] is False
+        frames = await received_through(client.receiver, 143)
+        assert frames[-1].index == 143 and client.resumes == 3
+        red = frames[-1].mean_rgb
+        assert red[0] > red[1] + 60 and red[0] > red[2] + 60
+    finally:
+        await client.close()

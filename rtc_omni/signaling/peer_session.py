@@ -412,6 +412,7 @@ class _PrimaryLink(_PeerLink):
         self.last_inbound_at = time.monotonic()  # the peer had surely sent something by then
         self._heard_at = time.monotonic()  # when its traffic was last seen growing
         self._suspected = False
+        self._outgoing: MediaStreamTrack | None = None  # its view of the session's speech or video
 
     async def accept(self, offer: RTCSessionDescription) -> RTCSessionDescription:
         """Apply the peer's offer and return the complete (non-trickle) answer."""
@@ -427,7 +428,8 @@ class _PrimaryLink(_PeerLink):
         if host.ingest_only:
             pass  # a publisher receives nothing: attached peers take the output
         elif self._offers(media):
-            self.pc.addTrack(host.subscribe_outgoing(on_first_recv=lambda: host._link_playing(self)))
+            self._outgoing = host.subscribe_outgoing(on_first_recv=lambda: host._link_playing(self))
+            self.pc.addTrack(self._outgoing)
             self.carries_outgoing = True
         elif not host.session.drop_output():
             raise OfferRejected(f"a {host.kind} session needs a {media} m-line to receive the generated {media}")
@@ -500,6 +502,12 @@ class _PrimaryLink(_PeerLink):
             elif not publisher and not self._suspected and now - self._heard_at >= SUSPECT_SILENCE_S:
                 self._suspected = self.host._link_suspect(self)
             polled_at = now
+
+    def stop_sending(self) -> None:
+        """Send the peer no more of the session's media: a link taken over must not encode the
+        frames the new one encodes (two threads reformatting one PyAV frame crash the process)."""
+        if self._outgoing is not None:
+            self._outgoing.stop()
 
     def close_later(self, delay: float) -> None:
         """Close after `delay`: the last word on its channel (session.replaced) has time to leave."""
@@ -709,6 +717,7 @@ class PeerSession:
         self.session.connection_changed()
         if not previous.closed.is_set() and previous._closing is None:  # a takeover: the old link is up
             self._park(previous)
+            previous.stop_sending()
             self.channels.release(previous.channel, resumable.replaced_event())
             self._replaced.add(previous)
             previous.close_later(CHANNEL_DRAIN_S)
