@@ -85,6 +85,7 @@ async def test_ffmpeg_whip_publisher_is_understood(make_server: ServerFactory, t
 # same code path in a fifth of the time (the server runs in this process).
 CONSENT_INTERVAL_S = 0.5
 LONG_PUBLISH_S = 10.0  # past that consent expiry
+RESUME_GRACE_S = 1.0
 MEDIA_TIMEOUT_S = 3.0
 
 
@@ -94,7 +95,8 @@ async def test_ffmpeg_publisher_outlives_consent_expiry_and_is_freed_when_killed
 ) -> None:
     monkeypatch.setattr(aioice.ice, "CONSENT_INTERVAL", CONSENT_INTERVAL_S)
     caplog.set_level(logging.INFO, logger="rtc_omni.patches.ice_candidates")
-    server = await make_server(auth_token=TOKEN, publisher_media_timeout=MEDIA_TIMEOUT_S)
+    # Killed, it is taken for lost after MEDIA_TIMEOUT_S, and freed when its resume grace runs out.
+    server = await make_server(auth_token=TOKEN, publisher_media_timeout=MEDIA_TIMEOUT_S, resume_grace=RESUME_GRACE_S)
     publisher = await start_publisher(server, tmp_path, 2 * LONG_PUBLISH_S)
     try:
         await wait_until(lambda: len(server.registry) == 1 or publisher.returncode is not None, timeout=15)
@@ -111,8 +113,8 @@ async def test_ffmpeg_publisher_outlives_consent_expiry_and_is_freed_when_killed
 
         publisher.kill()  # gone without DELETE
         killed_at = time.monotonic()
-        await wait_until(lambda: session_id not in server.registry, timeout=MEDIA_TIMEOUT_S + 5)
-        assert time.monotonic() - killed_at < MEDIA_TIMEOUT_S + 3
+        await wait_until(lambda: session_id not in server.registry, timeout=MEDIA_TIMEOUT_S + RESUME_GRACE_S + 5)
+        assert time.monotonic() - killed_at < MEDIA_TIMEOUT_S + RESUME_GRACE_S + 3
         assert peer.closed.is_set() and peer.pc.connectionState == "closed"
         await wait_until(lambda: not server_tasks(), timeout=5)
     finally:

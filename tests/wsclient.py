@@ -37,9 +37,9 @@ class WsClient:
         self._reader = asyncio.ensure_future(self._read())
 
     @classmethod
-    async def connect(cls, url: str) -> WsClient:
+    async def connect(cls, url: str, headers: dict[str, str] | None = None) -> WsClient:
         http = aiohttp.ClientSession()
-        ws = await http.ws_connect(url, max_msg_size=64 * 1024 * 1024)
+        ws = await http.ws_connect(url, max_msg_size=64 * 1024 * 1024, headers=headers)
         return cls(http, ws)
 
     @property
@@ -91,9 +91,11 @@ class WsClient:
             await self.closed.wait()
 
     @classmethod
-    async def resume(cls, url: str, session_id: str, token: str, last_seq: int, **extra: Any) -> WsClient:
+    async def resume(
+        cls, url: str, session_id: str, token: str, last_seq: int, headers: dict[str, str] | None = None, **extra: Any
+    ) -> WsClient:
         """A new socket taking the session over (`url`: the endpoint the session was opened on)."""
-        client = await cls.connect(url + ("&" if "?" in url else "?") + "resume=1")
+        client = await cls.connect(url + ("&" if "?" in url else "?") + "resume=1", headers)
         resume = {"session_id": session_id, "resume_token": token, "last_received_server_event_seq": last_seq}
         await client.send({"type": "session.resume", **resume, **extra})
         return client

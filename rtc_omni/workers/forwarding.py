@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -145,52 +146,45 @@ async def _addressed_session(request: web.Request) -> str | None:
     return named if isinstance(named, str) else None
 
 
+async def _pass_on(source: Any, sink: Any) -> bool:
+    """`source`'s messages to `sink` (either side a WebSocket of aiohttp's server or client) until
+    `source` goes: its closing handshake is passed on (False); a connection lost without one, True."""
+    while True:
+        message = await source.receive()
+        if message.type == aiohttp.WSMsgType.TEXT:
+            await sink.send_str(message.data)
+        elif message.type == aiohttp.WSMsgType.BINARY:
+            await sink.send_bytes(message.data)
+        elif message.type == aiohttp.WSMsgType.CLOSE:
+            await sink.close(code=source.close_code or aiohttp.WSCloseCode.OK)
+            return False
+        else:
+            return True
+
+
 async def _pump_both_ways(
     client: web.WebSocketResponse, client_transport: asyncio.Transport | None, owner: aiohttp.ClientWebSocketResponse
 ) -> bool:
     """Relay messages until either side goes. A closing handshake is passed on with its code; True when
     the client's connection was lost without one, which the caller must pass on as a loss too (the
     owner keeps a session whose socket was lost, and ends one whose client closed it)."""
-
-    async def to_owner() -> bool:
-        while True:
-            message = await client.receive()
-            if message.type == aiohttp.WSMsgType.TEXT:
-                await owner.send_str(message.data)
-            elif message.type == aiohttp.WSMsgType.BINARY:
-                await owner.send_bytes(message.data)
-            elif message.type == aiohttp.WSMsgType.CLOSE:
-                await owner.close(code=client.close_code or aiohttp.WSCloseCode.OK)
-                return False
-            else:
-                return True
-
-    async def to_client() -> bool:
-        while True:
-            message = await owner.receive()
-            if message.type == aiohttp.WSMsgType.TEXT:
-                await client.send_str(message.data)
-            elif message.type == aiohttp.WSMsgType.BINARY:
-                await client.send_bytes(message.data)
-            elif message.type == aiohttp.WSMsgType.CLOSE:
-                await client.close(code=owner.close_code or aiohttp.WSCloseCode.OK)
-                return False
-            else:
-                if client_transport is not None:  # the owner is gone without a close: so is the client's socket
-                    client_transport.abort()
-                return False
-
-    upward, downward = asyncio.ensure_future(to_owner()), asyncio.ensure_future(to_client())
+    upward, downward = asyncio.ensure_future(_pass_on(client, owner)), asyncio.ensure_future(_pass_on(owner, client))
     try:
         await asyncio.wait([upward, downward], return_when=asyncio.FIRST_COMPLETED)
-        if upward.done() and not upward.cancelled() and upward.exception() is None and upward.result():
+        if _lost(upward):
             return True
+        if _lost(downward) and client_transport is not None:  # the owner went without a close: so does the client
+            client_transport.abort()
         await asyncio.wait([upward, downward], timeout=RELAY_CLOSE_TIMEOUT_S)  # the close passed on
         return False
     finally:
         for task in (upward, downward):
             task.cancel()
         await asyncio.gather(upward, downward, return_exceptions=True)
+
+
+def _lost(task: asyncio.Future[bool]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is None and task.result()
 
 
 class OwnerRouting:
