@@ -114,6 +114,7 @@ class TalkerAudioTrack(MediaStreamTrack):
         self._tail_left = 0  # silent packets still to send before the pause
         self.packets_sent = 0
         self.voiced_ms_sent = 0  # milliseconds of packets that carried the engine's audio
+        self.rewound_ms = 0.0  # speech put back by park(rewind_to=...): sent again after a resume
         self.echo = EchoReference()
 
     @property
@@ -188,6 +189,7 @@ class TalkerAudioTrack(MediaStreamTrack):
             again[:0] = chunk
         if again:
             self._buffer[:0] = again
+            self.rewound_ms += len(again) / _BYTES_PER_SAMPLE / TALKER_SAMPLE_RATE * 1000.0
             self._drained.clear()
             self._encoder = None  # its lookahead holds speech from past the rewind point
 

@@ -776,6 +776,7 @@ class PeerSession:
                 talker_buffered_ms=round(self.outgoing.buffered_ms, 1),
                 talker_packets_sent=self.outgoing.packets_sent,
                 talker_voiced_ms_sent=self.outgoing.voiced_ms_sent,
+                talker_rewound_ms=round(self.outgoing.rewound_ms),
             )
         else:
             stats.update(video_backlog_frames=self.outgoing.backlog, video_rebases=self.outgoing.rebases)
