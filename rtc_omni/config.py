@@ -175,10 +175,11 @@ class Settings(BaseModel):
         "are dropped, and a client that missed them is told to resync (session.resync_required).",
     )
     resume_journal_retain_s: float = Field(
-        20.0,
+        40.0,
         gt=0,
-        description="Seconds a sent event is kept while its client is connected (a silent death is noticed "
-        "within --peer-silence-timeout); clients that send session.event_ack free it sooner.",
+        description="Seconds a sent event is kept while its client is connected: longer than a lost connection "
+        "takes to be noticed (a generation's viewer: ICE consent, ~30 s); clients that send session.event_ack "
+        "free it sooner.",
     )
     publisher_media_timeout: float = Field(
         10.0,

@@ -108,3 +108,13 @@ def test_envelope_messages_are_answered_by_the_transport() -> None:
     assert ack is not None and state.answer_envelope(ack) is None and state.journal.bytes == 0
     bad = envelope('{"type":"session.event_ack","server_event_seq":"1"}')
     assert bad is not None and json.loads(state.answer_envelope(bad) or "")["error"]["code"] == "invalid_event_ack"
+
+
+def test_more_missed_than_the_connection_takes_at_once_is_a_gap() -> None:
+    state = resumable()
+    for n in range(10):
+        state.stamp({"type": "delta", "text": "x" * 100, "n": n})
+    with pytest.raises(ResumeRefused) as refused:
+        state.resume(state.token, last_seq=0, max_bytes=500)
+    assert refused.value.code == "journal_gap"
+    assert len(state.resume(state.token, last_seq=8, max_bytes=500)) == 3  # resumed, events 9 and 10

@@ -212,3 +212,31 @@ async def test_a_resume_socket_whose_first_message_is_no_resume_opens_a_new_sess
     assert updated["session"]["instructions"] == "Hi."
     await client.close()
     await asyncio.sleep(0)
+
+
+async def test_the_old_token_works_until_the_client_speaks_on_the_new_socket(make_server: ServerFactory) -> None:
+    """A resumed socket that drops before its client read session.resumed: the client still has
+    only the old token, and may resume with it; once it speaks on a resumed socket, it may not."""
+    server = await make_server()
+    first = await WsClient.connect(url(server))
+    created = await first.wait_event("session.created")
+    session_id, old_token = created["session_id"], created["resume_token"]
+    first.vanish()
+    lost = await resume(server, session_id, old_token, 0)
+    await lost.wait_event("session.resumed")
+    lost.vanish()  # as if session.resumed never reached the client
+    second = await resume(server, session_id, old_token, 0)
+    try:
+        resumed = await second.wait_event("session.resumed")
+        await second.send({"type": "session.heartbeat"})  # the client speaks: the new token is confirmed
+        await second.wait_event("session.heartbeat_ack")
+        second.vanish()
+        refused = await resume(server, session_id, old_token, 0)
+        assert (await refused.wait_event("error"))["error"]["code"] == "invalid_resume_token"
+        await refused.close()
+        third = await resume(server, session_id, resumed["resume_token"], 0)
+        assert (await third.wait_event("session.resumed"))["attachment_generation"] == 4
+        await third.close()
+    finally:
+        for client in (first, lost, second):
+            await client.close()

@@ -103,15 +103,18 @@ async def test_every_session_route_reaches_the_worker_that_owns_it(served: Serve
     assert served.process.wait(timeout=30) == 0
 
 
-async def test_a_websocket_session_is_resumed_on_whichever_worker_the_socket_lands(served: Served) -> None:
-    """Each resume socket lands on either worker (SO_REUSEPORT): one on the sibling is relayed to the owner."""
+async def test_a_websocket_session_is_resumed_on_whichever_worker_the_socket_lands(tmp_path: Path) -> None:
+    """Each resume socket lands on either worker (SO_REUSEPORT): one on the sibling is relayed to the
+    owner, with the client's credentials (the server has a token)."""
+    served = start_workers(tmp_path, "--auth-token", "workers-resume-token")
+    auth = {"Authorization": "Bearer workers-resume-token"}
     url = served.url.replace("http", "ws") + "/v1/realtime?model=synthetic"
     sockets: list[WsClient] = []
     owners: set[str] = set()
     try:
         while owners != {"w0", "w1"}:
             assert len(sockets) < MAX_CLIENTS
-            sockets.append(await WsClient.connect(url))
+            sockets.append(await WsClient.connect(url, auth))
             created = await sockets[-1].wait_event("session.created")
             if owner(created["session_id"]) in owners:
                 continue
@@ -119,7 +122,7 @@ async def test_a_websocket_session_is_resumed_on_whichever_worker_the_socket_lan
             token, seq = created["resume_token"], 0
             for _ in range(ROUNDS // 2):
                 sockets[-1].vanish()
-                sockets.append(await WsClient.resume(url, created["session_id"], token, seq))
+                sockets.append(await WsClient.resume(url, created["session_id"], token, seq, auth))
                 resumed = await sockets[-1].wait_event("session.resumed")
                 token = resumed["resume_token"]
                 await sockets[-1].send({"type": "session.update", "session": {"type": "realtime"}})
@@ -127,6 +130,8 @@ async def test_a_websocket_session_is_resumed_on_whichever_worker_the_socket_lan
                 seq = sockets[-1].last_seq
     finally:
         await asyncio.gather(*(socket.close() for socket in sockets))
+        served.process.kill()
+        served.process.wait()
 
 
 async def keys_from_both_workers(url: str) -> list[str]:

@@ -38,7 +38,8 @@ SEQ_FIELD = "server_event_seq"
 # byte from the server, its connection is taken for lost (a network change), before ICE notices.
 SILENCE_RESUME_S = 3.0
 RESUME_BACKOFF_S = (0.5, 1.0, 2.0, 4.0)  # between tries, the last repeated until the grace is over
-RESUME_FINAL = (401, 404, 409)  # a refused resume that another try cannot change
+RESUME_FINAL = (401, 404, 409)  # a refused resume that another try cannot change...
+RESUME_RETRIED_CODES = ("session_resume_conflict",)  # ...but for a 409 from a try still being answered
 DEFAULT_RESUME_GRACE_S = 30.0  # the server's --resume-grace default, where its answer does not say
 
 # What to do about a refused offer, by HTTP status.
@@ -212,7 +213,8 @@ class ControlClient:
                 await self.resume()
                 return
             except SignalingError as exc:
-                if exc.status in RESUME_FINAL:
+                code = exc.body.get("code") if isinstance(exc.body, dict) else None
+                if exc.status in RESUME_FINAL and code not in RESUME_RETRIED_CODES:
                     self._end(f"{reason}; the resume was refused: {exc}")
                     return
                 failure: Exception = exc

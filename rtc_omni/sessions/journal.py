@@ -154,9 +154,9 @@ class EventJournal:
 
 
 class ResumeCredential:
-    """The session's resume token: only its digest is kept. Rotated on each resume; the previous one
-    stays good until the new connection is confirmed (a resume whose connection never came up can be
-    tried again with the token the client still holds)."""
+    """The session's resume token: only its digest is kept. Rotated on each resume; the last confirmed
+    one stays good until a new connection is confirmed (a resume whose connection dropped before the
+    client read its new token can be tried again with the token the client still holds)."""
 
     def __init__(self) -> None:
         self.generation = 0
@@ -167,7 +167,8 @@ class ResumeCredential:
         self.confirm()
 
     def rotate(self) -> str:
-        self._previous = self._digest
+        if self._previous is None:  # else the token given before is still the one last confirmed
+            self._previous = self._digest
         self.token = secrets.token_urlsafe(32)
         self._digest = _digest(self.token)
         self.generation += 1
@@ -231,13 +232,18 @@ class Resumable:
     def record_bytes(self, data: bytes) -> None:
         self.journal.record_bytes(data)
 
-    def resume(self, token: str, last_seq: int, allow_resync: bool = False) -> list[str | bytes]:
+    def resume(
+        self, token: str, last_seq: int, allow_resync: bool = False, max_bytes: int | None = None
+    ) -> list[str | bytes]:
         """Grant a resume: rotate the token and return what the new connection gets first, in order
         (`session.resync_required` if events it missed are gone and it allows that, `session.resumed`,
-        then the events after `last_seq`). Raises ResumeRefused."""
+        then the events after `last_seq`). `max_bytes`: what the connection takes at once; more
+        missed than that counts as a gap. Raises ResumeRefused."""
         if not self.credential.matches(token):
             raise ResumeRefused(INVALID_RESUME_TOKEN, "the resume token is wrong, or was rotated by a later resume")
         missed = self.journal.kept_after(last_seq)
+        if missed is not None and max_bytes is not None and sum(len(m) for m in missed) > max_bytes:
+            missed = None
         first: list[str | bytes] = []
         if missed is None:
             if not allow_resync:

@@ -72,6 +72,7 @@ CHANNEL_DRAIN_S = 1.0
 # not acknowledge; a peer whose next event would take it past this is closed, as a WebSocket client
 # is (websocket.Outbox). It also caps one event for a peer that allows any message size.
 MAX_CHANNEL_BUFFERED_BYTES = 1024 * 1024
+MAX_REPLAY_BYTES = MAX_CHANNEL_BUFFERED_BYTES // 2  # a replay goes at once: more is a gap (resync)
 # While the talker speaks, a peer that sends media and went this long without a packet is probably
 # gone: the talker parks (rewound), so that what it says meanwhile is not lost before the detach.
 SUSPECT_SILENCE_S = 2.0
@@ -151,6 +152,7 @@ class ControlChannels:
         self._on_close_request = on_close_request  # the client sent session.close
         self._channels: list[RTCDataChannel] = []
         self._pending: deque[str] = deque(maxlen=MAX_PENDING_EVENTS)
+        self._primary: RTCDataChannel | None = None  # the session's own link's channel
         self._replay: list[str] | None = None  # what a resumed link's channel gets first, in order
         self._overflow: dict[RTCDataChannel, Callable[[], None]] = {}
         self._receivers: dict[RTCDataChannel, ControlReceiver] = {}
@@ -161,9 +163,13 @@ class ControlChannels:
         receiver: ControlReceiver,
         on_overflow: Callable[[], None],
         resumed: bool = False,
+        primary: bool = False,
     ) -> None:
         """Bind `channel` (open: aiortc announces a remote channel once it is); `resumed`: the channel
-        of the link that resumed the session, which gets the replay first."""
+        of the link that resumed the session, which gets the replay first; `primary`: the session's own
+        link's (not an attached controller's), whose acks alone free the journal."""
+        if primary:
+            self._primary = channel
         self._channels.append(channel)
         self._overflow[channel] = on_overflow
         self._receivers[channel] = receiver
@@ -234,6 +240,8 @@ class ControlChannels:
         request = envelope(message)
         if request is None:
             return False
+        if request.get("type") == "session.event_ack" and channel is not self._primary:
+            return True  # a controller's ack: what it has, the peer that would resume may not
         reply = self.resumable.answer_envelope(request)
         if reply is not None and channel.readyState == "open":
             self._send_within_bound(channel, reply)
@@ -353,6 +361,7 @@ class _PeerLink:
             return
         if state == "connected":
             self._connected = True
+            self._on_connected()
         elif state == "failed":  # a link that never came up is the peer's goodbye, as its deadline is
             self._lost(ends_session=not self._connected and self._never_connected_ends())
         elif state == "closed":  # aiortc closes a pc once its peer closed every DTLS transport
@@ -366,6 +375,9 @@ class _PeerLink:
 
     def _came_up(self) -> bool:
         return self.pc.connectionState == "connected"
+
+    def _on_connected(self) -> None:
+        """The connection came up (ICE and DTLS)."""
 
     def _never_connected_ends(self) -> bool:
         """Whether this link's failing to come up ends what it carries."""
@@ -413,6 +425,7 @@ class _PrimaryLink(_PeerLink):
         self._heard_at = time.monotonic()  # when its traffic was last seen growing
         self._suspected = False
         self._outgoing: MediaStreamTrack | None = None  # its view of the session's speech or video
+        self._stopping: asyncio.Future[None] | None = None
 
     async def accept(self, offer: RTCSessionDescription) -> RTCSessionDescription:
         """Apply the peer's offer and return the complete (non-trickle) answer."""
@@ -445,8 +458,12 @@ class _PrimaryLink(_PeerLink):
 
     def _bind(self, channel: RTCDataChannel, channels: ControlChannels, receiver: ControlReceiver) -> None:
         self.channel = channel
-        channels.attach(channel, receiver, lambda: self._lost(ends_session=False), resumed=self.resumed)
+        channels.attach(channel, receiver, lambda: self._lost(ends_session=False), resumed=self.resumed, primary=True)
         if self.resumed:
+            self.host._resume_confirmed(self)
+
+    def _on_connected(self) -> None:
+        if self.resumed and self.host.ingest_only:  # a publisher has no channel to confirm it
             self.host._resume_confirmed(self)
 
     def _on_track(self, track: MediaStreamTrack) -> None:
@@ -503,11 +520,13 @@ class _PrimaryLink(_PeerLink):
                 self._suspected = self.host._link_suspect(self)
             polled_at = now
 
-    def stop_sending(self) -> None:
-        """Send the peer no more of the session's media: a link taken over must not encode the
-        frames the new one encodes (two threads reformatting one PyAV frame crash the process)."""
+    def stop_media(self) -> None:
+        """A link taken over: its peer's media no longer reaches the session (the new link's does),
+        and it sends the peer no more of the session's (its encoder and the new link's must not
+        reformat one PyAV frame in two threads: that crashes the process)."""
         if self._outgoing is not None:
             self._outgoing.stop()
+        self._stopping = asyncio.ensure_future(self._tasks.cancel_all())  # its ingest and liveness
 
     def close_later(self, delay: float) -> None:
         """Close after `delay`: the last word on its channel (session.replaced) has time to leave."""
@@ -523,6 +542,8 @@ class _PrimaryLink(_PeerLink):
         if self.closed.is_set():
             return
         self.closed.set()
+        if self._stopping is not None:
+            await self._stopping
         await self._tasks.cancel_all()
         await self.pc.close()  # aiortc stops the senders, and so the link's outgoing subscription
 
@@ -706,7 +727,8 @@ class PeerSession:
                 if self.closed.is_set():
                     raise ResumeRefused(RESUME_EXPIRED, "the session ended meanwhile")
                 # From here on nothing awaits: no event can slip between the replay and the new link.
-                replay = resumable.resume(token, resumable.journal.head if last_seq is None else last_seq, allow_resync)
+                given = resumable.journal.head if last_seq is None else last_seq
+                replay = resumable.resume(token, given, allow_resync, max_bytes=MAX_REPLAY_BYTES)
             except ResumeRefused:
                 await link.close()
                 raise
@@ -717,7 +739,7 @@ class PeerSession:
         self.session.connection_changed()
         if not previous.closed.is_set() and previous._closing is None:  # a takeover: the old link is up
             self._park(previous)
-            previous.stop_sending()
+            previous.stop_media()
             self.channels.release(previous.channel, resumable.replaced_event())
             self._replaced.add(previous)
             previous.close_later(CHANNEL_DRAIN_S)
@@ -728,7 +750,8 @@ class PeerSession:
         return answer
 
     def _resume_confirmed(self, link: _PrimaryLink) -> None:
-        """The resumed link's channel is open: the token it was resumed with is spent."""
+        """The resumed link's channel is open (a publisher's link connected): the token it was resumed
+        with is spent."""
         if link is self.link and self.resumable is not None:
             self.resumable.confirm()
 

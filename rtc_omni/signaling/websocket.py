@@ -81,15 +81,21 @@ class Outbox:
         self._arrived = asyncio.Event()
         self._sent = asyncio.Event()
         self.overflowed = asyncio.Event()
+        self.abandoned = False
 
     async def wait_room(self) -> None:
-        """Wait (bounded) until a binary message may be queued."""
+        """Wait (bounded) until a binary message may be queued, or the socket is given up."""
         async with asyncio.timeout(SEND_TIMEOUT_S):
-            while self.unsent_bytes > self.max_bytes // 2:
+            while self.unsent_bytes > self.max_bytes // 2 and not self.abandoned:
                 await self._wait_sent()
 
+    def abandon(self) -> None:
+        """The socket is gone (lost, or taken over): nothing more is queued, and no one waits for room."""
+        self.abandoned = True
+        self._sent.set()
+
     def put(self, item: str | bytes) -> None:
-        if self.overflowed.is_set():
+        if self.overflowed.is_set() or self.abandoned:
             return
         if self.unsent_bytes + len(item) > self.max_bytes:
             logger.warning("websocket client is not reading (%d bytes unsent); disconnecting it", self.unsent_bytes)
@@ -237,7 +243,6 @@ class WebSocketSession:
         self.carrier.attach(socket.outbox)
         if self.resumable is not None:
             self.resumable.attach()
-            self.resumable.confirm()  # its session.resumed is queued ahead of everything else
             self.session.connection_changed()
         tasks = TaskSet()
         tasks.spawn(socket.outbox.run())
@@ -276,6 +281,11 @@ class WebSocketSession:
     async def _read(self, socket: _Socket) -> None:
         while not socket.said_goodbye:
             message = await socket.ws.receive()
+            current = socket is self._socket
+            if message.type in (WSMsgType.TEXT, WSMsgType.BINARY) and current and self.resumable is not None:
+                # The client is there and read session.resumed: the token it resumed with is spent
+                # (until then it still works, should this socket drop before the new one arrived).
+                self.resumable.confirm()
             if message.type == WSMsgType.TEXT:
                 self._receive(socket, message.data)
             elif message.type == WSMsgType.BINARY:
@@ -304,6 +314,7 @@ class WebSocketSession:
         self.carrier.attach(None)
         self.resumable.detach(self.close)
         self.session.connection_changed()
+        socket.outbox.abandon()
         await tasks.cancel_all()
         if socket.transport is not None:
             socket.transport.abort()
@@ -311,6 +322,7 @@ class WebSocketSession:
     async def _give_up(self, socket: _Socket, tasks: TaskSet, code: int, reason: str) -> None:
         """Let this socket's last events (session.replaced) leave, then close it; the session goes on."""
         await socket.outbox.drain(DRAIN_TIMEOUT_S)
+        socket.outbox.abandon()
         await tasks.cancel_all()
         await socket.close(code, reason)
 

@@ -66,6 +66,9 @@ REDEEM_TIMEOUT = aiohttp.ClientTimeout(total=5)
 RELAY_CHUNK_BYTES = 64 * 1024
 RELAY_WS_TIMEOUT = aiohttp.ClientWSTimeout(ws_receive=None, ws_close=10.0)
 RELAY_CLOSE_TIMEOUT_S = 10.0
+RELAY_HEARTBEAT_S = 10.0  # an owner gone without a FIN is noticed, and the client's socket dropped
+# What the owner checks as it would on the client's own socket: the credentials, the origin (CORS).
+RELAYED_WS_HEADERS = ("Authorization", "Origin")
 
 
 def _came_from_sibling(request: web.Request) -> bool:
@@ -297,6 +300,7 @@ class OwnerRouting:
         if hop is None:
             return False
         headers = {FORWARDED_FOR: request.remote or "", FORWARDED_ORIGIN: f"{request.scheme}://{request.host}"}
+        headers.update({name: request.headers[name] for name in RELAYED_WS_HEADERS if name in request.headers})
         headers.update(self._hop_headers(hop, "GET", request.path))
         # A client of its own: closing it drops the connection with no closing handshake, which is how
         # the owner must learn that the client's connection was lost (it then keeps the session).
@@ -305,7 +309,9 @@ class OwnerRouting:
             try:
                 # No size limit this way: the owner bounds what it sends, and `ws` what the client sends.
                 url = f"{hop.base_url}{request.path_qs}"
-                owner = await http.ws_connect(url, headers=headers, max_msg_size=0, timeout=RELAY_WS_TIMEOUT)
+                owner = await http.ws_connect(
+                    url, headers=headers, max_msg_size=0, timeout=RELAY_WS_TIMEOUT, heartbeat=RELAY_HEARTBEAT_S
+                )
             except (aiohttp.ClientError, TimeoutError) as exc:
                 logger.warning("%s could not reach %s to resume %s: %s", self._name, hop.name, session_id, exc)
                 unreachable = f"the {hop.name} that owns this session is unreachable"

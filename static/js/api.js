@@ -17,23 +17,26 @@ function url(path) {
 
 /** The server's reason, in words; `status` is the HTTP status (0: no answer), which says whether to try again. */
 export class ServerError extends Error {
-  constructor(message, status = 0) {
+  constructor(message, status = 0, code = null) {
     super(message);
     this.status = status;
+    this.code = code; // the refusal's `code`, where the server gave one (a resume's)
   }
 }
 
 /** Why a response failed, as a ServerError: the server's JSON `error` if it sent one. */
 async function failure(response, prefix = "") {
   let detail = response.statusText;
+  let code = null;
   try {
     const body = await response.json();
     detail = body && body.error ? body.error : JSON.stringify(body);
+    code = body && typeof body.code === "string" ? body.code : null;
   } catch {
     // not JSON: the status line says it
   }
   const hint = response.status === 401 || response.status === 403 ? " Check the access token." : "";
-  return new ServerError(`${prefix}${detail} (HTTP ${response.status}).${hint}`, response.status);
+  return new ServerError(`${prefix}${detail} (HTTP ${response.status}).${hint}`, response.status, code);
 }
 
 /**

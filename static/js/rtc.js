@@ -100,6 +100,7 @@ function opened(pc, channel, addresses, loopbackOnly) {
 const RESUME_AFTER_DISCONNECTED_MS = 2000;
 // Pauses between resume attempts, the last repeated until the server's grace has passed.
 const RESUME_BACKOFF_MS = [500, 1000, 2000, 4000];
+const FINAL_REFUSALS = [401, 404, 409]; // a wrong or rotated token, a session gone, one that cannot resume
 
 /** What a view says while its session resumes. */
 export const RECONNECTING = "The connection was lost: reconnecting to the same session…";
@@ -238,7 +239,9 @@ class RtcSession {
         return;
       } catch (error) {
         failure = error.message;
-        if (error instanceof ServerError && error.status >= 400 && error.status < 500) break; // it will not resume
+        if (error instanceof ServerError && FINAL_REFUSALS.includes(error.status) && error.code !== "session_resume_conflict") {
+          break; // it will not resume (a 429, or a 409 from a try still being answered, may)
+        }
       }
       await sleep(RESUME_BACKOFF_MS[Math.min(attempt, RESUME_BACKOFF_MS.length - 1)]);
     }
