@@ -558,3 +558,27 @@ async def test_page_resumes_after_network_cut(make_server: Any, open_page: PageF
         await expect(turn(page, 1).locator(".answer")).to_contain_text(f"mostly {CAMERA_COLOUR[0]}", timeout=20_000)
         # Heard: the talker meter, on the new connection's track (the old one ended with its pc), hears it.
         await expect(turn(page, 1)).to_have_attribute("data-state", "speaking", timeout=20_000)
+
+
+async def test_page_goes_on_after_a_3_s_network_cut(make_server: Any, open_page: PageFactory) -> None:
+    """The issue's own case: the page's path drops everything for 3 s mid-answer, then comes back.
+    The call goes on without a click: ICE consent heals so short a cut before the page would resume
+    (Chromium says `disconnected` after about 2.5 s, and the page waits 2 s more), and if it resumed
+    instead the session would be the same. The answer cut into still ends once, and the next is heard."""
+    server = await make_server()
+    page = await open_page(server.url)
+    await connect_talk(page)
+    session_id = await page.evaluate("window.rtcOmni.talk.session.sessionId")
+    port = await page.evaluate(SERVER_ICE_PORT)
+    assert isinstance(port, int), port
+    await ask(page, "What colour do you see?")
+    await expect(turn(page, 0)).to_have_attribute("data-state", "speaking", timeout=20_000)
+    with udp_port_cut(port):
+        await asyncio.sleep(3.0)
+    await expect(turn(page, 0)).to_have_attribute("data-state", "done", timeout=30_000)
+    assert (await turn(page, 0).locator(".answer").inner_text()).count("You asked:") == 1
+    await expect(page.locator("#hud-state")).to_have_text("connected", timeout=15_000)
+    assert await page.evaluate("window.rtcOmni.talk.session.sessionId") == session_id
+    await ask(page, "And now?")
+    await expect(turn(page, 1).locator(".answer")).to_contain_text(f"mostly {CAMERA_COLOUR[0]}", timeout=20_000)
+    await expect(turn(page, 1)).to_have_attribute("data-state", "speaking", timeout=20_000)
