@@ -563,7 +563,7 @@ async def test_page_resumes_after_network_cut(make_server: Any, open_page: PageF
 async def test_page_goes_on_after_a_3_s_network_cut(make_server: Any, open_page: PageFactory) -> None:
     """The issue's own case: the page's path drops everything for 3 s mid-answer, then comes back.
     The call goes on without a click: ICE consent heals so short a cut before the page would resume
-    (Chromium says `disconnected` after about 2.5 s, and the page waits 2 s more), and if it resumed
+    (Chromium said `disconnected` 4-5 s into a cut here, and the page waits 2 s more), and if it resumed
     instead the session would be the same. The answer cut into still ends once, and the next is heard."""
     server = await make_server()
     page = await open_page(server.url)
