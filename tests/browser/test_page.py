@@ -530,9 +530,8 @@ RECORD_STATE_LINE = """() => {
 }"""
 
 
-async def test_page_resumes_after_network_cut(make_server: Any, open_page: PageFactory) -> None:
-    """The old path is cut for good mid-answer (as by a network change), so ICE consent cannot heal
-    it: the page resumes the session on a new connection by itself, and the conversation goes on."""
+async def speaking_over_its_path(make_server: Any, open_page: PageFactory) -> tuple[Any, str, int]:
+    """A page mid-answer: the page, its session id, and the server's port of its ICE pair."""
     server = await make_server()  # --resume-grace 30 s, the default
     page = await open_page(server.url)
     await connect_talk(page)
@@ -541,7 +540,23 @@ async def test_page_resumes_after_network_cut(make_server: Any, open_page: PageF
     assert isinstance(port, int), port
     await ask(page, "What colour do you see?")
     await expect(turn(page, 0)).to_have_attribute("data-state", "speaking", timeout=20_000)
+    return page, session_id, port
 
+
+async def the_conversation_goes_on(page: Any) -> None:
+    """The answer cut into ends as it would have, its text shown once; the next is answered and heard
+    (the talker meter, on the current connection's track, hears it)."""
+    await expect(turn(page, 0)).to_have_attribute("data-state", "done", timeout=30_000)
+    assert (await turn(page, 0).locator(".answer").inner_text()).count("You asked:") == 1
+    await ask(page, "And now?")
+    await expect(turn(page, 1).locator(".answer")).to_contain_text(f"mostly {CAMERA_COLOUR[0]}", timeout=20_000)
+    await expect(turn(page, 1)).to_have_attribute("data-state", "speaking", timeout=20_000)
+
+
+async def test_page_resumes_after_network_cut(make_server: Any, open_page: PageFactory) -> None:
+    """The old path is cut for good mid-answer (as by a network change), so ICE consent cannot heal
+    it: the page resumes the session on a new connection by itself, and the conversation goes on."""
+    page, session_id, port = await speaking_over_its_path(make_server, open_page)
     await page.evaluate(RECORD_STATE_LINE)
     with udp_port_cut(port):
         await page.wait_for_function("() => window.rtcOmni.resumes >= 1", timeout=30_000)
@@ -550,14 +565,7 @@ async def test_page_resumes_after_network_cut(make_server: Any, open_page: PageF
         assert await page.evaluate("window.rtcOmni.talk.session.sessionId") == session_id
         assert await page.evaluate(SERVER_ICE_PORT) != port, "the resumed connection uses the cut path"
         await expect(page.locator("#talk-notice")).to_be_hidden()
-        # The answer cut off ends as it would have, its text shown once.
-        await expect(turn(page, 0)).to_have_attribute("data-state", "done", timeout=30_000)
-        assert (await turn(page, 0).locator(".answer").inner_text()).count("You asked:") == 1
-
-        await ask(page, "And now?")
-        await expect(turn(page, 1).locator(".answer")).to_contain_text(f"mostly {CAMERA_COLOUR[0]}", timeout=20_000)
-        # Heard: the talker meter, on the new connection's track (the old one ended with its pc), hears it.
-        await expect(turn(page, 1)).to_have_attribute("data-state", "speaking", timeout=20_000)
+        await the_conversation_goes_on(page)
 
 
 async def test_page_goes_on_after_a_3_s_network_cut(make_server: Any, open_page: PageFactory) -> None:
@@ -565,20 +573,9 @@ async def test_page_goes_on_after_a_3_s_network_cut(make_server: Any, open_page:
     The call goes on without a click: ICE consent heals so short a cut before the page would resume
     (Chromium said `disconnected` 4-5 s into a cut here, and the page waits 2 s more), and if it resumed
     instead the session would be the same. The answer cut into still ends once, and the next is heard."""
-    server = await make_server()
-    page = await open_page(server.url)
-    await connect_talk(page)
-    session_id = await page.evaluate("window.rtcOmni.talk.session.sessionId")
-    port = await page.evaluate(SERVER_ICE_PORT)
-    assert isinstance(port, int), port
-    await ask(page, "What colour do you see?")
-    await expect(turn(page, 0)).to_have_attribute("data-state", "speaking", timeout=20_000)
+    page, session_id, port = await speaking_over_its_path(make_server, open_page)
     with udp_port_cut(port):
         await asyncio.sleep(3.0)
-    await expect(turn(page, 0)).to_have_attribute("data-state", "done", timeout=30_000)
-    assert (await turn(page, 0).locator(".answer").inner_text()).count("You asked:") == 1
     await expect(page.locator("#hud-state")).to_have_text("connected", timeout=15_000)
     assert await page.evaluate("window.rtcOmni.talk.session.sessionId") == session_id
-    await ask(page, "And now?")
-    await expect(turn(page, 1).locator(".answer")).to_contain_text(f"mostly {CAMERA_COLOUR[0]}", timeout=20_000)
-    await expect(turn(page, 1)).to_have_attribute("data-state", "speaking", timeout=20_000)
+    await the_conversation_goes_on(page)
