@@ -26,6 +26,7 @@ from .generate_client import SMALL, received_through
 from .generate_client import connect as connect_generate
 from .waiting import wait_until
 from .whip_client import SDP, http_raw, publisher_offer
+from .wsclient import WsClient
 
 pytestmark = pytest.mark.media
 
@@ -272,3 +273,60 @@ async def test_a_generation_taken_over_mid_stream_goes_on_on_the_new_connection(
         assert red[0] > red[1] + 60 and red[0] > red[2] + 60
     finally:
         await client.close()
+
+
+async def test_bad_resume_requests_get_a_4xx_or_an_error_and_the_call_goes_on(server: RunningServer) -> None:
+    """Every new way in, given hostile or malformed input: a clear 4xx or `error`, never a 500; the
+    call it names is still there and resumable."""
+    call = RealtimeClient(server.url, video=None, audio=None)
+    await call.connect()
+    socket = await WsClient.connect(server.url.replace("http", "ws") + "/v1/realtime?model=synthetic")
+    try:
+        call_id, token = str(call.session_id), str(call.resume_token)
+        ws_session = (await socket.wait_event("session.created"))["session_id"]
+        offer = await offer_sdp()
+        publisher, published = await publisher_offer(audio=False)
+        await publisher.close()
+        resume = {"type": "offer", "sdp": offer, "kind": "resume", "session_id": call_id}
+        given = {**SDP, "Resume-Token": token}
+        calls = f"/v1/realtime/calls/{call_id}/resume"
+        cases: list[tuple[str, dict[str, Any], int]] = [
+            ("/v1/rtc/offer", {"json": resume}, 400),  # no token
+            ("/v1/rtc/offer", {"json": {**resume, "resume_token": "x" * 100_000}}, 401),
+            ("/v1/rtc/offer", {"json": {**resume, "resume_token": token, "last_received_server_event_seq": -1}}, 400),
+            ("/v1/rtc/offer", {"json": {**resume, "resume_token": token, "session_id": 7}}, 400),
+            ("/v1/rtc/offer", {"json": {**resume, "resume_token": token, "session_id": "nope"}}, 404),
+            ("/v1/rtc/offer", {"json": {**resume, "resume_token": token, "session_id": ws_session}}, 409),
+            (calls, {"data": offer}, 415),
+            (calls, {"data": offer, "headers": SDP}, 401),
+            (calls, {"data": offer, "headers": {**SDP, "Resume-Token": "x" * 4000}}, 401),
+            (calls, {"data": offer, "headers": {**given, "Last-Event-Seq": "9" * 5000}}, 400),
+            (calls, {"data": offer, "headers": {**given, "Last-Event-Seq": "-3"}}, 400),
+            (calls, {"data": "v=0 garbage", "headers": given}, 400),
+            ("/v1/realtime/calls/nope/resume", {"data": offer, "headers": given}, 404),
+            (f"/whip/{call_id}", {"data": offer, "headers": given}, 422),  # no track to publish
+            (f"/whip/{call_id}", {"data": published, "headers": given}, 409),  # not a publisher's session
+            ("/whip/nope", {"data": published, "headers": given}, 404),
+        ]
+        for path, kwargs, expected in cases:
+            status, body = await http_json(server, "POST", path, **kwargs)
+            assert status == expected, (path, status, body)
+        for bad in (
+            {"type": "session.resume", "session_id": ws_session},  # no token
+            {
+                "type": "session.resume",
+                "session_id": ws_session,
+                "resume_token": "t",
+                "last_received_server_event_seq": "one",
+            },
+            {"type": "session.resume", "session_id": ["x"], "resume_token": "t"},
+        ):
+            refused = await WsClient.resume_with(server.url.replace("http", "ws") + "/v1/realtime", bad)
+            assert (await refused.wait_event("error"))["error"]["code"] == "invalid_session_resume"
+            await refused.wait_closed()
+            await refused.close()
+        await call.resume()  # the call, refused all that, still resumes with its token
+        assert call.resumes == 1
+    finally:
+        await socket.close()
+        await call.close()

@@ -95,9 +95,14 @@ class WsClient:
         cls, url: str, session_id: str, token: str, last_seq: int, headers: dict[str, str] | None = None, **extra: Any
     ) -> WsClient:
         """A new socket taking the session over (`url`: the endpoint the session was opened on)."""
-        client = await cls.connect(url + ("&" if "?" in url else "?") + "resume=1", headers)
         resume = {"session_id": session_id, "resume_token": token, "last_received_server_event_seq": last_seq}
-        await client.send({"type": "session.resume", **resume, **extra})
+        return await cls.resume_with(url, {"type": "session.resume", **resume, **extra}, headers)
+
+    @classmethod
+    async def resume_with(cls, url: str, message: dict[str, Any], headers: dict[str, str] | None = None) -> WsClient:
+        """A `?resume=1` socket whose first message is `message`."""
+        client = await cls.connect(url + ("&" if "?" in url else "?") + "resume=1", headers)
+        await client.send(message)
         return client
 
     @property
